@@ -1,0 +1,98 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// CQ is a completion queue (struct ibv_cq).
+//
+// Three ways to wait for completions:
+//   - Poll in a loop (lowest latency, never blocks, never allocates);
+//   - the C way: ReqNotify, then CompChannel.GetEvent (or epoll on
+//     CompChannel.Fd), AckEvents, ReqNotify again, then Poll until empty;
+//   - the Go way: Wait(ctx), then Poll.
+type CQ struct {
+	ctx    *Context
+	ch     *CompChannel
+	d      CQDriver
+	events atomic.Int64 // delivered minus acknowledged completion events
+	// UserData is free for the application (the cq_context of the C API).
+	UserData any
+}
+
+// Context returns the CQ's context.
+func (cq *CQ) Context() *Context { return cq.ctx }
+
+// Channel returns the completion channel the CQ reports events to, or nil.
+func (cq *CQ) Channel() *CompChannel { return cq.ch }
+
+// CQE returns the number of completions the CQ can hold.
+func (cq *CQ) CQE() int { return cq.d.CQE() }
+
+// Poll moves up to len(wc) completions into wc and returns how many
+// (ibv_poll_cq). It never blocks and never allocates. After an overflow it
+// returns the completions the CQ still holds and then ErrCQOverflow.
+func (cq *CQ) Poll(wc []WC) (int, error) { return cq.d.Poll(wc) }
+
+// ReqNotify arms the CQ: the next completion (with solicitedOnly, the next
+// solicited or unsuccessful receive completion) adds one event to the CQ's
+// completion channel (ibv_req_notify_cq). Re-arm after each event. It
+// returns ErrInvalid when the CQ has no channel.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.ch == nil {
+		return fmt.Errorf("%w: CQ has no completion channel", ErrInvalid)
+	}
+	return cq.d.ReqNotify(solicitedOnly)
+}
+
+// Wait blocks until the CQ holds at least one completion, or ctx is done.
+// It needs no channel and no arming. A completion that is already there
+// makes it return at once.
+func (cq *CQ) Wait(ctx context.Context) error { return cq.d.Wait(ctx) }
+
+// Driver returns the provider's object (for providers).
+func (cq *CQ) Driver() CQDriver { return cq.d }
+
+// Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while
+// completion events obtained with GetEvent are not acknowledged with
+// AckEvents, or while queue pairs or SRQs still use it.
+func (cq *CQ) Destroy() error {
+	if n := cq.events.Load(); n != 0 {
+		return fmt.Errorf("%w: %d completion events not acknowledged", ErrBusy, n)
+	}
+	return cq.d.Destroy()
+}
+
+// CompChannel is a completion event channel (struct ibv_comp_channel).
+type CompChannel struct {
+	ctx *Context
+	d   CompChannelDriver
+}
+
+// GetEvent blocks until one of the channel's CQs has an event, and returns
+// that CQ (ibv_get_cq_event). Each event must be acknowledged with AckEvents
+// before the CQ is destroyed. It returns ctx's error when ctx is done first,
+// and ErrClosed after Close.
+func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	cq, err := ch.d.GetEvent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cq.events.Add(1)
+	return cq, nil
+}
+
+// AckEvents acknowledges n events of cq obtained with GetEvent (ibv_ack_cq_events).
+func (ch *CompChannel) AckEvents(cq *CQ, n int) {
+	cq.events.Add(-int64(n))
+}
+
+// Fd returns a file descriptor that is readable while events are pending,
+// for epoll or poll. Read events with GetEvent, not from the descriptor.
+func (ch *CompChannel) Fd() int { return ch.d.Fd() }
+
+// Close destroys the channel (ibv_destroy_comp_channel). A GetEvent blocked
+// on it returns ErrClosed.
+func (ch *CompChannel) Close() error { return ch.d.Close() }

@@ -1,0 +1,71 @@
+package verbs
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// MR is a registered memory region (struct ibv_mr). Its local key names it in
+// SGEs; its remote key lets a peer access it as the access flags allow.
+// Addresses in the region start at Addr (the address of its first byte), as
+// with libibverbs' non-zero-based regions.
+type MR struct {
+	pd         *PD
+	d          MRDriver
+	buf        []byte
+	addr       uint64
+	access     AccessFlags
+	lkey, rkey uint32
+	ab         *Buffer
+	dereged    atomic.Bool
+}
+
+// PD returns the region's protection domain.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// LKey returns the local key.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey returns the remote key.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Addr returns the address of the region's first byte, the base for SGE and remote addresses.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len returns the region's length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Access returns the access flags the region was registered with.
+func (mr *MR) Access() AccessFlags { return mr.access }
+
+// Bytes returns the registered memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// SGE returns the scatter/gather element for n bytes at offset off of the
+// region. It does not check the range: an element outside the region makes
+// the work request that uses it fail with LOC_PROT_ERR, as in verbs.
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
+}
+
+// RemoteAddr returns the address a peer uses for offset off of the region.
+func (mr *MR) RemoteAddr(off int) uint64 { return mr.addr + uint64(off) }
+
+// Driver returns the provider's object (for providers).
+func (mr *MR) Driver() MRDriver { return mr.d }
+
+// Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once,
+// for local work requests and remote peers alike.
+func (mr *MR) Dereg() error {
+	if mr.dereged.Swap(true) {
+		return fmt.Errorf("%w: memory region already deregistered", ErrClosed)
+	}
+	if err := mr.d.Dereg(); err != nil {
+		mr.dereged.Store(false)
+		return err
+	}
+	if mr.ab != nil {
+		mr.ab.regs.Add(-1)
+	}
+	return nil
+}

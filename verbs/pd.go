@@ -1,0 +1,125 @@
+package verbs
+
+import (
+	"fmt"
+)
+
+// PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
+// address handles of one PD work only with each other.
+type PD struct {
+	ctx *Context
+	d   PDDriver
+}
+
+// Context returns the context the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Dealloc frees the PD (ibv_dealloc_pd). It returns ErrBusy while regions,
+// queue pairs, SRQs or address handles still use it.
+func (pd *PD) Dealloc() error { return pd.d.Dealloc() }
+
+// RegMR registers buf with the given access rights (ibv_reg_mr) and returns
+// the region with its keys. The region keeps buf alive; buf must not be
+// resized or reused for other purposes until Dereg. Remote write or remote
+// atomic access requires AccessLocalWrite too, as in libibverbs (ErrInvalid).
+// Memory from AllocBuffer is also accepted and is what providers that share
+// memory between processes need.
+func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: empty buffer", ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
+	}
+	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
+		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering
+	if access&^known != 0 {
+		return nil, fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
+	}
+	if access&(AccessZeroBased|AccessMWBind|AccessOnDemand) != 0 {
+		return nil, fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessMWBind|AccessOnDemand))
+	}
+	mr := &MR{pd: pd, buf: buf, addr: addrOf(buf), access: access}
+	d, err := pd.d.RegMR(mr, buf, mr.addr, access)
+	if err != nil {
+		return nil, err
+	}
+	mr.d = d
+	mr.lkey, mr.rkey = d.LKey(), d.RKey()
+	if b := bufferOf(buf); b != nil {
+		b.regs.Add(1)
+		mr.ab = b
+	}
+	return mr, nil
+}
+
+// CreateQP creates a queue pair (ibv_create_qp). The QP starts in RESET.
+// It returns ErrInvalid for a missing CQ, a CQ or SRQ of another context,
+// an SRQ on a QP type that cannot use one, or capabilities beyond the
+// device's limits, and ErrNotSupported for QP types the provider lacks.
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: send and receive CQs are required", ErrInvalid)
+	}
+	if attr.SendCQ.ctx != pd.ctx || attr.RecvCQ.ctx != pd.ctx {
+		return nil, fmt.Errorf("%w: CQ of another context", ErrInvalid)
+	}
+	if attr.SRQ != nil && attr.SRQ.pd.ctx != pd.ctx {
+		return nil, fmt.Errorf("%w: SRQ of another context", ErrInvalid)
+	}
+	if c := attr.Cap; c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
+		return nil, fmt.Errorf("%w: negative capability %+v", ErrInvalid, c)
+	}
+	qp := &QP{pd: pd, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.QPType, user: attr.UserData}
+	d, err := pd.d.CreateQP(qp, &attr)
+	if err != nil {
+		return nil, err
+	}
+	qp.d = d
+	qp.num = d.Num()
+	return qp, nil
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if attr.Attr.MaxWR < 1 || attr.Attr.MaxSGE < 1 || attr.Attr.SRQLimit < 0 {
+		return nil, fmt.Errorf("%w: SRQ attributes %+v", ErrInvalid, attr.Attr)
+	}
+	srq := &SRQ{pd: pd, user: attr.UserData}
+	d, err := pd.d.CreateSRQ(srq, &attr)
+	if err != nil {
+		return nil, err
+	}
+	srq.d = d
+	return srq, nil
+}
+
+// CreateAH creates an address handle for UD sends (ibv_create_ah).
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	ah := &AH{pd: pd, attr: attr}
+	d, err := pd.d.CreateAH(ah, &attr)
+	if err != nil {
+		return nil, err
+	}
+	ah.d = d
+	return ah, nil
+}
+
+// AH is an address handle (struct ibv_ah): where a UD send goes.
+type AH struct {
+	pd   *PD
+	attr AHAttr
+	d    AHDriver
+}
+
+// PD returns the protection domain of the address handle.
+func (ah *AH) PD() *PD { return ah.pd }
+
+// Attr returns the address vector the handle was created with.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Driver returns the provider's object (for providers).
+func (ah *AH) Driver() AHDriver { return ah.d }
+
+// Destroy destroys the address handle (ibv_destroy_ah).
+func (ah *AH) Destroy() error { return ah.d.Destroy() }

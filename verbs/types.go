@@ -1,0 +1,265 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// SGE is one scatter/gather element: Length bytes at Addr inside the memory
+// region whose local key is LKey. Addr is an address in the region's address
+// space (MR.Addr() is its first byte), exactly as in struct ibv_sge; the
+// provider resolves it through its region table and checks it, so a wrong key
+// or an address outside the region fails the work request (LOC_PROT_ERR)
+// instead of touching memory. MR.SGE builds one from an offset.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (struct ibv_send_wr). Which fields matter
+// depends on Opcode:
+//   - SEND, SEND_WITH_IMM, SEND_WITH_INV: SGList (the message), ImmData or
+//     InvalidateRKey; on UD also AH, RemoteQPN and RemoteQKey.
+//   - RDMA_WRITE(_WITH_IMM), RDMA_READ: RemoteAddr and RKey name the remote
+//     memory; SGList is the local source (write) or sink (read).
+//   - ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD: RemoteAddr (8-byte aligned) and
+//     RKey, CompareAdd and Swap; SGList is one 8-byte local sink for the
+//     original value.
+type SendWR struct {
+	WRID   uint64
+	SGList []SGE
+	Opcode WROpcode
+	Flags  SendFlags
+	// ImmData is the immediate value of *_WITH_IMM operations. goverbs carries
+	// it as a plain number end to end (libibverbs keeps it big-endian in
+	// imm_data); the receiver's WC.ImmData holds the same value.
+	ImmData uint32
+	// InvalidateRKey is the remote key a SEND_WITH_INV invalidates at the receiver.
+	InvalidateRKey uint32
+	RemoteAddr     uint64
+	RKey           uint32
+	// CompareAdd is the compare value of compare-and-swap, or the addend of fetch-and-add.
+	CompareAdd uint64
+	// Swap is the value compare-and-swap stores when the compare matches.
+	Swap uint64
+	// AH, RemoteQPN and RemoteQKey address the destination of a UD send.
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+	// Inline, with SendInline set, is the message itself: it is copied at post
+	// time and need not be registered memory (the Go counterpart of passing
+	// an unregistered pointer with IBV_SEND_INLINE). When Inline is nil an
+	// inline request copies the bytes named by SGList instead.
+	Inline []byte
+}
+
+// RecvWR is a receive work request (struct ibv_recv_wr): the buffers one
+// incoming message is scattered into, and the wr_id its completion carries.
+type RecvWR struct {
+	WRID   uint64
+	SGList []SGE
+}
+
+// WC is a work completion (struct ibv_wc). Only WRID, Status, Opcode (for
+// successful completions), QPNum and VendorErr are defined when Status is not
+// WCSuccess.
+type WC struct {
+	WRID      uint64
+	Status    WCStatus
+	Opcode    WCOpcode
+	VendorErr uint32
+	// ByteLen is the number of bytes transferred; on a UD receive it includes
+	// the 40-byte GRH area.
+	ByteLen uint32
+	// ImmData is the immediate value when Flags has WCFlagWithImm, or the
+	// invalidated remote key when Flags has WCFlagWithInv.
+	ImmData      uint32
+	QPNum        uint32
+	SrcQP        uint32
+	Flags        WCFlags
+	PKeyIndex    uint16
+	SLID         uint16
+	SL           uint8
+	DLIDPathBits uint8
+}
+
+// GID is a 128-bit global identifier (an IPv6 address, or an IPv4-mapped one on RoCE/iWARP).
+type GID [16]byte
+
+// String prints the GID as libibverbs tools do, as an IPv6 address.
+func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// DeviceAttr describes a device (struct ibv_device_attr), with the limits a
+// provider enforces.
+type DeviceAttr struct {
+	FWVer           string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	HWVer           uint32
+	MaxQP           int
+	MaxQPWR         int
+	DeviceCapFlags  uint32
+	MaxSGE          int
+	MaxSGERd        int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // max outstanding RDMA Read/atomic per QP as target (IRD)
+	MaxQPInitRdAtom int // max outstanding RDMA Read/atomic per QP as initiator (ORD)
+	MaxResRdAtom    int
+	AtomicCap       AtomicCap
+	MaxAH           int
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	MaxInlineData   int // not in ibv_device_attr; the largest max_inline_data a QP may ask for
+	MaxPKeys        int
+	PhysPortCnt     uint8
+	NodeType        NodeType
+	TransportType   TransportType
+}
+
+// PortAttr describes a port (struct ibv_port_attr).
+type PortAttr struct {
+	State        PortState
+	MaxMTU       MTU
+	ActiveMTU    MTU
+	GIDTblLen    int
+	PortCapFlags uint32
+	MaxMsgSz     uint32
+	PKeyTblLen   uint16
+	LID          uint16
+	SMLID        uint16
+	LMC          uint8
+	ActiveWidth  uint8
+	ActiveSpeed  uint8
+	PhysState    uint8
+	LinkLayer    LinkLayer
+}
+
+// QPCap holds the sizes of a QP's work queues (struct ibv_qp_cap). On
+// creation the provider may round them up; the QP's Query reports the actual values.
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr is what CreateQP needs (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	SendCQ *CQ
+	RecvCQ *CQ
+	// SRQ, when set, makes the QP take its receive buffers from the shared
+	// receive queue; its own receive queue is not used and PostRecv on it fails.
+	SRQ     *SRQ
+	Cap     QPCap
+	QPType  QPType
+	SQSigAll bool // every send WR generates a completion, signaled or not
+	// UserData is an opaque value the application can read back with QP.UserData.
+	UserData any
+}
+
+// GlobalRoute is the GRH part of an address vector (struct ibv_global_route).
+type GlobalRoute struct {
+	DGID         GID
+	FlowLabel    uint32
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+}
+
+// AHAttr is an address vector (struct ibv_ah_attr).
+type AHAttr struct {
+	GRH          GlobalRoute
+	DLID         uint16
+	SL           uint8
+	SrcPathBits  uint8
+	StaticRate   uint8
+	IsGlobal     bool
+	PortNum      uint8
+}
+
+// QPAttr holds the attributes Modify sets and Query reports (struct ibv_qp_attr).
+// Which fields Modify reads is chosen by a QPAttrMask.
+type QPAttr struct {
+	QPState          QPState
+	CurQPState       QPState
+	PathMTU          MTU
+	QKey             uint32
+	RQPSN            uint32
+	SQPSN            uint32
+	DestQPNum        uint32
+	QPAccessFlags    AccessFlags
+	Cap              QPCap
+	AHAttr           AHAttr
+	AltAHAttr        AHAttr
+	PKeyIndex        uint16
+	AltPKeyIndex     uint16
+	EnSQDAsyncNotify bool
+	SQDraining       bool
+	MaxRdAtomic      uint8 // ORD: outstanding RDMA Read/atomic this QP may initiate
+	MaxDestRdAtomic  uint8 // IRD: outstanding RDMA Read/atomic this QP accepts as target
+	MinRnrTimer      uint8
+	PortNum          uint8
+	Timeout          uint8
+	RetryCnt         uint8
+	RnrRetry         uint8 // 7 means retry forever
+	AltPortNum       uint8
+	AltTimeout       uint8
+}
+
+// SRQInitAttr is what CreateSRQ needs (struct ibv_srq_init_attr).
+type SRQInitAttr struct {
+	Attr     SRQAttr
+	UserData any
+}
+
+// SRQAttr holds the attributes of a shared receive queue (struct ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  int
+	MaxSGE int
+	// SRQLimit arms the limit event: when fewer than SRQLimit receives remain
+	// posted, EventSRQLimitReached is raised once and the limit disarms (0 = disarmed).
+	SRQLimit int
+}
+
+// SRQAttrMask selects the SRQAttr fields SRQ.Modify applies.
+type SRQAttrMask uint32
+
+// SRQAttrMask values (enum ibv_srq_attr_mask).
+const (
+	SRQAttrMaxWR SRQAttrMask = 1 << 0 // resize (not supported by the software engine)
+	SRQAttrLimit SRQAttrMask = 1 << 1 // arm the limit event
+)
+
+// AsyncEvent is an asynchronous event (struct ibv_async_event). Exactly one
+// of QP, CQ and SRQ is set, or PortNum for port events, or none for device events.
+type AsyncEvent struct {
+	Type    EventType
+	QP      *QP
+	CQ      *CQ
+	SRQ     *SRQ
+	PortNum uint8
+}
+
+func (e AsyncEvent) String() string {
+	switch {
+	case e.QP != nil:
+		return fmt.Sprintf("%v (QP %#x)", e.Type, e.QP.Num())
+	case e.CQ != nil:
+		return fmt.Sprintf("%v (CQ)", e.Type)
+	case e.SRQ != nil:
+		return fmt.Sprintf("%v (SRQ)", e.Type)
+	case e.PortNum != 0:
+		return fmt.Sprintf("%v (port %d)", e.Type, e.PortNum)
+	}
+	return e.Type.String()
+}
