@@ -1,0 +1,289 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// CQ is the engine's completion queue: a bounded multi-producer,
+// multi-consumer ring (Vyukov's sequence-numbered slots), so that queue pairs
+// on several goroutines push and the application polls without a lock, and
+// neither allocates.
+type CQ struct {
+	v    *verbs.CQ
+	ctx  *Context
+	ch   *CompChannel
+	mask uint64
+	cqe  int
+	ring []cqSlot
+
+	_    [64]byte // keep producer and consumer indices on separate cache lines
+	tail atomic.Uint64
+	_    [56]byte
+	head atomic.Uint64
+	_    [56]byte
+
+	armed    atomic.Uint32 // armNone, armSolicited, armAny
+	waiters  atomic.Int32  // goroutines in Wait
+	overflow atomic.Bool
+	wmu      sync.Mutex
+	wch      chan struct{} // closed to wake Wait; replaced after each wake
+
+	refs      atomic.Int32 // QPs and SRQs using the CQ
+	destroyed atomic.Bool
+}
+
+type cqSlot struct {
+	seq atomic.Uint64
+	wc  verbs.WC
+}
+
+const (
+	armNone uint32 = iota
+	armSolicited
+	armAny
+)
+
+func newCQ(ctx *Context, v *verbs.CQ, cqe int, ch *CompChannel) *CQ {
+	n := 1
+	for n < cqe {
+		n <<= 1
+	}
+	cq := &CQ{v: v, ctx: ctx, ch: ch, mask: uint64(n - 1), cqe: n, ring: make([]cqSlot, n)}
+	for i := range cq.ring {
+		cq.ring[i].seq.Store(uint64(i))
+	}
+	return cq
+}
+
+// CQE returns the capacity.
+func (cq *CQ) CQE() int { return cq.cqe }
+
+// push adds a completion. solicited marks a receive completion of a message
+// sent with the solicited-event flag. It reports false when the CQ is full:
+// the CQ then enters the overflow error state and raises EventCQErr.
+func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
+	for {
+		pos := cq.tail.Load()
+		s := &cq.ring[pos&cq.mask]
+		seq := s.seq.Load()
+		switch {
+		case seq == pos:
+			if !cq.tail.CompareAndSwap(pos, pos+1) {
+				continue
+			}
+			s.wc = *wc
+			s.seq.Store(pos + 1)
+			cq.signal(wc.Status != verbs.WCSuccess || solicited)
+			return true
+		case seq < pos:
+			if !cq.overflow.Swap(true) {
+				cq.ctx.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq.v})
+			}
+			cq.signal(true)
+			return false
+		}
+	}
+}
+
+// signal delivers the armed completion event and wakes Wait callers. The
+// common case (nobody armed, nobody waiting) costs two atomic loads.
+func (cq *CQ) signal(solicited bool) {
+	if a := cq.armed.Load(); a != armNone && (a == armAny || solicited) {
+		if cq.armed.CompareAndSwap(a, armNone) && cq.ch != nil {
+			cq.ch.deliver(cq.v)
+		}
+	}
+	if cq.waiters.Load() > 0 {
+		cq.wmu.Lock()
+		if cq.wch != nil {
+			close(cq.wch)
+			cq.wch = nil
+		}
+		cq.wmu.Unlock()
+	}
+}
+
+// Poll implements verbs.CQDriver.
+func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
+	n := 0
+	for n < len(wc) {
+		pos := cq.head.Load()
+		s := &cq.ring[pos&cq.mask]
+		seq := s.seq.Load()
+		if seq != pos+1 {
+			if seq < pos+1 {
+				break // empty
+			}
+			continue // another poller took it
+		}
+		if !cq.head.CompareAndSwap(pos, pos+1) {
+			continue
+		}
+		wc[n] = s.wc
+		s.seq.Store(pos + cq.mask + 1)
+		n++
+	}
+	if n == 0 && cq.overflow.Load() {
+		return 0, verbs.ErrCQOverflow
+	}
+	return n, nil
+}
+
+func (cq *CQ) empty() bool {
+	pos := cq.head.Load()
+	return cq.ring[pos&cq.mask].seq.Load() != pos+1
+}
+
+// ReqNotify implements verbs.CQDriver.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.destroyed.Load() {
+		return verbs.ErrClosed
+	}
+	if solicitedOnly {
+		// An arming for any completion already in place is kept, as the verbs spec says.
+		cq.armed.CompareAndSwap(armNone, armSolicited)
+		return nil
+	}
+	cq.armed.Store(armAny)
+	return nil
+}
+
+// Wait implements verbs.CQDriver.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		if !cq.empty() || cq.overflow.Load() {
+			return nil
+		}
+		if cq.destroyed.Load() {
+			return verbs.ErrClosed
+		}
+		cq.wmu.Lock()
+		if cq.wch == nil {
+			cq.wch = make(chan struct{})
+		}
+		ch := cq.wch
+		cq.waiters.Add(1)
+		cq.wmu.Unlock()
+		// A completion pushed before waiters was raised is seen here.
+		if !cq.empty() {
+			cq.waiters.Add(-1)
+			return nil
+		}
+		select {
+		case <-ch:
+			cq.waiters.Add(-1)
+		case <-ctx.Done():
+			cq.waiters.Add(-1)
+			return ctx.Err()
+		}
+	}
+}
+
+// Destroy implements verbs.CQDriver.
+func (cq *CQ) Destroy() error {
+	if n := cq.refs.Load(); n > 0 {
+		return fmt.Errorf("%w: CQ used by %d queue pairs or SRQs", verbs.ErrBusy, n)
+	}
+	if cq.destroyed.Swap(true) {
+		return verbs.ErrClosed
+	}
+	cq.signal(true)
+	if cq.ch != nil {
+		cq.ch.refs.Add(-1)
+	}
+	cq.ctx.cqs.Add(-1)
+	return nil
+}
+
+// CompChannel is the engine's completion channel: a queue of CQ events and an
+// eventfd that is readable while the queue is not empty.
+type CompChannel struct {
+	ctx    *Context
+	mu     sync.Mutex
+	q      []*verbs.CQ
+	wake   chan struct{} // capacity 1: a hint that q may be non-empty
+	fd     eventFD
+	refs   atomic.Int32 // CQs using the channel
+	closed bool
+	done   chan struct{}
+}
+
+func newCompChannel(ctx *Context) (*CompChannel, error) {
+	fd, err := newEventFD()
+	if err != nil {
+		return nil, err
+	}
+	return &CompChannel{ctx: ctx, wake: make(chan struct{}, 1), fd: fd, done: make(chan struct{})}, nil
+}
+
+func (ch *CompChannel) deliver(cq *verbs.CQ) {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return
+	}
+	ch.q = append(ch.q, cq)
+	ch.fd.add()
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// GetEvent implements verbs.CompChannelDriver.
+func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
+	for {
+		ch.mu.Lock()
+		if ch.closed {
+			ch.mu.Unlock()
+			return nil, verbs.ErrClosed
+		}
+		if len(ch.q) > 0 {
+			cq := ch.q[0]
+			copy(ch.q, ch.q[1:])
+			ch.q[len(ch.q)-1] = nil
+			ch.q = ch.q[:len(ch.q)-1]
+			ch.fd.take()
+			more := len(ch.q) > 0
+			ch.mu.Unlock()
+			if more { // pass the hint on to another waiter
+				select {
+				case ch.wake <- struct{}{}:
+				default:
+				}
+			}
+			return cq, nil
+		}
+		ch.mu.Unlock()
+		select {
+		case <-ch.wake:
+		case <-ch.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Fd implements verbs.CompChannelDriver.
+func (ch *CompChannel) Fd() int { return ch.fd.fd() }
+
+// Close implements verbs.CompChannelDriver.
+func (ch *CompChannel) Close() error {
+	if n := ch.refs.Load(); n > 0 {
+		return fmt.Errorf("%w: completion channel used by %d CQs", verbs.ErrBusy, n)
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return verbs.ErrClosed
+	}
+	ch.closed = true
+	close(ch.done)
+	return ch.fd.close()
+}

@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Payload appends to dst the memory holding w's outgoing data (its inline
+// copy, or its SGEs resolved through the region table) and returns it. A
+// wrong key, a region of another PD or an SGE outside its region gives
+// WCLocProtErr.
+func (q *QP) Payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
+	if w.WR.Inline != nil {
+		if len(w.WR.Inline) > 0 {
+			dst = append(dst, w.WR.Inline)
+		}
+		return dst, verbs.WCSuccess
+	}
+	return q.segments(w.WR.SGList, dst, 0)
+}
+
+// Sink appends to dst the local memory an RDMA read or an atomic writes
+// into; it needs local write access (WCLocProtErr otherwise).
+func (q *QP) Sink(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
+	return q.segments(w.WR.SGList, dst, verbs.AccessLocalWrite)
+}
+
+// RecvSegments appends to dst the memory of the receive buffers in rc; it
+// needs local write access (WCLocProtErr otherwise).
+func (q *QP) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCStatus) {
+	return q.segments(rc.SGE, dst, verbs.AccessLocalWrite)
+}
+
+func (q *QP) segments(sgl []verbs.SGE, dst [][]byte, need verbs.AccessFlags) ([][]byte, verbs.WCStatus) {
+	for _, s := range sgl {
+		if s.Length == 0 {
+			continue
+		}
+		b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, need)
+		if f != FaultNone {
+			return dst, verbs.WCLocProtErr
+		}
+		dst = append(dst, b)
+	}
+	return dst, verbs.WCSuccess
+}
+
+// ResolveRemote checks an incoming access of n bytes at addr through rkey on
+// this QP, the responder: the region must exist, belong to the QP's PD and
+// grant need (AccessRemoteWrite, AccessRemoteRead or AccessRemoteAtomic), the
+// QP itself must allow that access (its QPAccessFlags), and the range must
+// lie inside the region. A zero-length access is always allowed, as in
+// verbs: it names no memory.
+func (q *QP) ResolveRemote(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, Fault) {
+	if n == 0 {
+		return nil, FaultNone
+	}
+	q.mu.Lock()
+	qacc := q.attr.QPAccessFlags
+	q.mu.Unlock()
+	if qacc&need != need {
+		return nil, FaultAccess
+	}
+	b, _, f := q.dev.resolve(rkey, q.pd, addr, n, need)
+	return b, f
+}
+
+// Atomic executes an incoming atomic operation on this QP, the responder,
+// and returns the value the target held before. The target needs remote
+// atomic access and 8-byte alignment (FaultAlign). The 64-bit value is in the
+// target host's byte order; the operation is atomic with respect to other
+// atomics of any QP and to the CPU (sync/atomic).
+func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swap uint64) (uint64, Fault) {
+	if addr%8 != 0 {
+		return 0, FaultAlign
+	}
+	b, f := q.ResolveRemote(rkey, addr, 8, verbs.AccessRemoteAtomic)
+	if f != FaultNone {
+		return 0, f
+	}
+	p, ok := word64(b)
+	if !ok {
+		return 0, FaultAlign
+	}
+	if op == verbs.WRAtomicFetchAndAdd {
+		return fetchAdd(p, compareAdd), FaultNone
+	}
+	return compareSwap(p, compareAdd, swap), FaultNone
+}
+
+// Invalidate carries out a Send with Invalidate's request on this QP, the
+// responder: the region named by rkey, of the QP's PD, stops working.
+func (q *QP) Invalidate(rkey uint32) Fault {
+	mr := q.dev.mrs.lookup(rkey)
+	if mr == nil {
+		return FaultKey
+	}
+	if mr.pd != q.pd {
+		return FaultPD
+	}
+	mr.invalidate()
+	return FaultNone
+}
+
+// CopyInto copies src into the segment list dst starting at byte offset off
+// of the list, and returns the number of bytes copied (less than len(src)
+// when the list is too short).
+func CopyInto(dst [][]byte, off int, src []byte) int {
+	n := 0
+	for _, d := range dst {
+		if off >= len(d) {
+			off -= len(d)
+			continue
+		}
+		c := copy(d[off:], src[n:])
+		n += c
+		off = 0
+		if n == len(src) {
+			break
+		}
+	}
+	return n
+}
+
+// CopyFrom copies from the segment list src, starting at byte offset off of
+// the list, into dst and returns the number of bytes copied.
+func CopyFrom(dst []byte, src [][]byte, off int) int {
+	n := 0
+	for _, s := range src {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		c := copy(dst[n:], s[off:])
+		n += c
+		off = 0
+		if n == len(dst) {
+			break
+		}
+	}
+	return n
+}
+
+// TotalLen returns the number of bytes in a segment list.
+func TotalLen(segs [][]byte) int {
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	return n
+}

@@ -1,0 +1,313 @@
+// Package engine is the software RDMA engine that goverbs' pure-Go providers
+// share. It implements the verbs driver interface completely: protection
+// domains, the memory-region table with its key, access and bounds checks,
+// completion queues and channels, queue pairs with their state machine, send
+// and receive queues, shared receive queues, ordering, fencing, IRD/ORD
+// accounting, flushing and asynchronous events. A provider adds only the
+// wire: an implementation of Wire that carries each work request to the peer
+// and, on the receiving side, calls the placement methods of QP (TakeRecv,
+// RecvSegments, CompleteRecv, ResolveRemote, Atomic) that do every check.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Config describes a device to NewDevice.
+type Config struct {
+	Name      string
+	GUID      uint64
+	NodeType  verbs.NodeType
+	Transport verbs.TransportType
+	Attr      verbs.DeviceAttr // limits enforced by the engine
+	Port      verbs.PortAttr   // the single port
+	GID       verbs.GID        // GID index 0 of the port
+	// NewWire returns the wire of a new QP. It may return nil when the
+	// provider attaches one later with QP.SetWire (a connection manager does).
+	NewWire func(q *QP) Wire
+}
+
+// Device is a software device. Its region table and QP numbers are shared by
+// every context opened on it, as on a real adapter.
+type Device struct {
+	cfg  Config
+	mrs  mrTable
+	qpmu sync.RWMutex
+	qps  map[uint32]*QP
+	qpn  uint32
+}
+
+// NewDevice creates a device.
+func NewDevice(cfg Config) *Device {
+	d := &Device{cfg: cfg, qps: make(map[uint32]*QP)}
+	d.cfg.Attr.NodeGUID = cfg.GUID
+	d.cfg.Attr.SysImageGUID = cfg.GUID
+	d.cfg.Attr.NodeType = cfg.NodeType
+	d.cfg.Attr.TransportType = cfg.Transport
+	d.cfg.Attr.PhysPortCnt = 1
+	d.qpn = (randUint32() % 0xFF0000) + 0x100 // QP numbers start at a random point, as on hardware
+	d.mrs.init()
+	return d
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// Name implements verbs.DeviceDriver.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// GUID implements verbs.DeviceDriver.
+func (d *Device) GUID() uint64 { return d.cfg.GUID }
+
+// NodeType implements verbs.DeviceDriver.
+func (d *Device) NodeType() verbs.NodeType { return d.cfg.NodeType }
+
+// TransportType implements verbs.DeviceDriver.
+func (d *Device) TransportType() verbs.TransportType { return d.cfg.Transport }
+
+// Attr returns the device attributes.
+func (d *Device) Attr() verbs.DeviceAttr { return d.cfg.Attr }
+
+// Port returns the attributes of the device's port.
+func (d *Device) Port() verbs.PortAttr { return d.cfg.Port }
+
+// GIDOf returns the port's GID.
+func (d *Device) GIDOf() verbs.GID { return d.cfg.GID }
+
+// LookupQP returns the live QP with number n, or nil.
+func (d *Device) LookupQP(n uint32) *QP {
+	d.qpmu.RLock()
+	q := d.qps[n]
+	d.qpmu.RUnlock()
+	return q
+}
+
+func (d *Device) addQP(q *QP) error {
+	d.qpmu.Lock()
+	defer d.qpmu.Unlock()
+	if len(d.qps) >= d.cfg.Attr.MaxQP {
+		return fmt.Errorf("%w: device limit of %d QPs", verbs.ErrNoMemory, d.cfg.Attr.MaxQP)
+	}
+	for {
+		d.qpn = (d.qpn + 1) & 0xFFFFFF
+		if d.qpn < 2 { // 0 and 1 are the special QPs
+			continue
+		}
+		if _, used := d.qps[d.qpn]; !used {
+			break
+		}
+	}
+	q.num = d.qpn
+	d.qps[q.num] = q
+	return nil
+}
+
+func (d *Device) removeQP(q *QP) {
+	d.qpmu.Lock()
+	delete(d.qps, q.num)
+	d.qpmu.Unlock()
+}
+
+// Open implements verbs.DeviceDriver.
+func (d *Device) Open() (verbs.ContextDriver, error) {
+	return &Context{dev: d, evwake: make(chan struct{}, 1), done: make(chan struct{})}, nil
+}
+
+// Context is an opened device.
+type Context struct {
+	dev    *Device
+	evmu   sync.Mutex
+	events []verbs.AsyncEvent
+	lost   int
+	evwake chan struct{}
+	closed atomic.Bool
+	done   chan struct{}
+	pds    atomic.Int32
+	cqs    atomic.Int32
+}
+
+// Device returns the context's device.
+func (c *Context) Device() *Device { return c.dev }
+
+const maxQueuedEvents = 4096
+
+// raise queues an asynchronous event.
+func (c *Context) raise(ev verbs.AsyncEvent) {
+	c.evmu.Lock()
+	if len(c.events) >= maxQueuedEvents {
+		// Keep the oldest events (they are the causes); count the rest.
+		c.lost++
+	} else {
+		c.events = append(c.events, ev)
+	}
+	c.evmu.Unlock()
+	select {
+	case c.evwake <- struct{}{}:
+	default:
+	}
+}
+
+// AsyncEvent implements verbs.ContextDriver.
+func (c *Context) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	for {
+		c.evmu.Lock()
+		if len(c.events) > 0 {
+			ev := c.events[0]
+			copy(c.events, c.events[1:])
+			c.events = c.events[:len(c.events)-1]
+			more := len(c.events) > 0
+			c.evmu.Unlock()
+			if more {
+				select {
+				case c.evwake <- struct{}{}:
+				default:
+				}
+			}
+			return ev, nil
+		}
+		c.evmu.Unlock()
+		if c.closed.Load() {
+			return verbs.AsyncEvent{}, verbs.ErrClosed
+		}
+		select {
+		case <-c.evwake:
+		case <-c.done:
+		case <-ctx.Done():
+			return verbs.AsyncEvent{}, ctx.Err()
+		}
+	}
+}
+
+// QueryDevice implements verbs.ContextDriver.
+func (c *Context) QueryDevice() verbs.DeviceAttr { return c.dev.cfg.Attr }
+
+// QueryPort implements verbs.ContextDriver.
+func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if port != 1 {
+		return verbs.PortAttr{}, fmt.Errorf("%w: port %d (the device has port 1)", verbs.ErrInvalid, port)
+	}
+	return c.dev.cfg.Port, nil
+}
+
+// QueryGID implements verbs.ContextDriver.
+func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if port != 1 || index < 0 || index >= c.dev.cfg.Port.GIDTblLen {
+		return verbs.GID{}, fmt.Errorf("%w: port %d GID index %d", verbs.ErrInvalid, port, index)
+	}
+	if index > 0 {
+		return verbs.GID{}, nil
+	}
+	return c.dev.cfg.GID, nil
+}
+
+// AllocPD implements verbs.ContextDriver.
+func (c *Context) AllocPD(v *verbs.PD) (verbs.PDDriver, error) {
+	if int(c.pds.Load()) >= c.dev.cfg.Attr.MaxPD {
+		return nil, fmt.Errorf("%w: device limit of %d PDs", verbs.ErrNoMemory, c.dev.cfg.Attr.MaxPD)
+	}
+	c.pds.Add(1)
+	return &PD{v: v, ctx: c}, nil
+}
+
+// CreateCompChannel implements verbs.ContextDriver.
+func (c *Context) CreateCompChannel(v *verbs.CompChannel) (verbs.CompChannelDriver, error) {
+	return newCompChannel(c)
+}
+
+// CreateCQ implements verbs.ContextDriver.
+func (c *Context) CreateCQ(v *verbs.CQ, cqe int, ch verbs.CompChannelDriver) (verbs.CQDriver, error) {
+	if cqe > c.dev.cfg.Attr.MaxCQE {
+		return nil, fmt.Errorf("%w: cqe %d exceeds the device's %d", verbs.ErrInvalid, cqe, c.dev.cfg.Attr.MaxCQE)
+	}
+	if int(c.cqs.Load()) >= c.dev.cfg.Attr.MaxCQ {
+		return nil, fmt.Errorf("%w: device limit of %d CQs", verbs.ErrNoMemory, c.dev.cfg.Attr.MaxCQ)
+	}
+	var ech *CompChannel
+	if ch != nil {
+		var ok bool
+		if ech, ok = ch.(*CompChannel); !ok {
+			return nil, fmt.Errorf("%w: completion channel of another provider", verbs.ErrInvalid)
+		}
+		ech.refs.Add(1)
+	}
+	c.cqs.Add(1)
+	return newCQ(c, v, cqe, ech), nil
+}
+
+// Close implements verbs.ContextDriver.
+func (c *Context) Close() error {
+	if !c.closed.Swap(true) {
+		close(c.done)
+	}
+	return nil
+}
+
+// PD is a protection domain.
+type PD struct {
+	v    *verbs.PD
+	ctx  *Context
+	refs atomic.Int32 // MRs, QPs, SRQs and AHs
+	dead atomic.Bool
+}
+
+// Dealloc implements verbs.PDDriver.
+func (pd *PD) Dealloc() error {
+	if n := pd.refs.Load(); n > 0 {
+		return fmt.Errorf("%w: PD still has %d objects", verbs.ErrBusy, n)
+	}
+	if pd.dead.Swap(true) {
+		return verbs.ErrClosed
+	}
+	pd.ctx.pds.Add(-1)
+	return nil
+}
+
+// RegMR implements verbs.PDDriver.
+func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (verbs.MRDriver, error) {
+	if uint64(len(buf)) > pd.ctx.dev.cfg.Attr.MaxMRSize {
+		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), pd.ctx.dev.cfg.Attr.MaxMRSize)
+	}
+	mr := &MR{pd: pd, buf: buf, addr: addr, access: access}
+	if err := pd.ctx.dev.mrs.add(mr, pd.ctx.dev.cfg.Attr.MaxMR); err != nil {
+		return nil, err
+	}
+	pd.refs.Add(1)
+	return mr, nil
+}
+
+// CreateAH implements verbs.PDDriver.
+func (pd *PD) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (verbs.AHDriver, error) {
+	if attr.PortNum != 1 {
+		return nil, fmt.Errorf("%w: AH port %d", verbs.ErrInvalid, attr.PortNum)
+	}
+	pd.refs.Add(1)
+	return &AH{pd: pd, Attr: *attr}, nil
+}
+
+// AH is an address handle.
+type AH struct {
+	pd   *PD
+	Attr verbs.AHAttr
+	dead atomic.Bool
+}
+
+// Destroy implements verbs.AHDriver.
+func (ah *AH) Destroy() error {
+	if ah.dead.Swap(true) {
+		return verbs.ErrClosed
+	}
+	ah.pd.refs.Add(-1)
+	return nil
+}

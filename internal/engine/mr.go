@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// MR is a registered region. Its key is index<<8 | a random byte: the index
+// finds it in the device's table, the byte makes keys hard to guess and stale
+// keys of a deregistered region unlikely to name its successor.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	access verbs.AccessFlags
+	key    uint32
+	valid  atomic.Bool
+	dev    *Device
+}
+
+// LKey implements verbs.MRDriver.
+func (mr *MR) LKey() uint32 { return mr.key }
+
+// RKey implements verbs.MRDriver.
+func (mr *MR) RKey() uint32 { return mr.key }
+
+// Dereg implements verbs.MRDriver.
+func (mr *MR) Dereg() error {
+	if !mr.valid.Swap(false) {
+		return verbs.ErrClosed
+	}
+	mr.dev.mrs.remove(mr)
+	mr.pd.refs.Add(-1)
+	return nil
+}
+
+// invalidate is Send-with-Invalidate's effect on the target region.
+func (mr *MR) invalidate() { mr.valid.Store(false) }
+
+// Fault says why an access to registered memory was refused.
+type Fault uint8
+
+// Faults, in the order the checks run (the order siw and the IB spec use).
+const (
+	FaultNone     Fault = iota
+	FaultKey            // no valid region has this key
+	FaultPD             // the region belongs to another protection domain
+	FaultAccess         // the region (or the QP) does not grant the access
+	FaultBounds         // the range is not inside the region
+	FaultAlign          // an atomic's address is not 8-byte aligned
+	FaultLength         // the data does not fit the buffers
+	FaultNoBuffer       // no receive buffer is posted
+)
+
+var faultNames = [...]string{"none", "invalid key", "protection domain mismatch", "access denied", "out of bounds", "misaligned atomic", "length error", "no receive buffer"}
+
+func (f Fault) String() string {
+	if int(f) < len(faultNames) {
+		return faultNames[f]
+	}
+	return fmt.Sprintf("Fault(%d)", f)
+}
+
+// mrTable maps key indexes to regions: a two-level table of atomic pointers,
+// so that lookups on the data path take no lock.
+type mrTable struct {
+	mu    sync.Mutex
+	dir   [1 << 12]atomic.Pointer[mrChunk]
+	next  uint32
+	count int
+}
+
+type mrChunk [1 << 12]atomic.Pointer[MR]
+
+func (t *mrTable) init() {
+	t.next = randUint32() & 0xFFFFFF
+}
+
+func (t *mrTable) add(mr *MR, limit int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.count >= limit {
+		return fmt.Errorf("%w: device limit of %d memory regions", verbs.ErrNoMemory, limit)
+	}
+	for {
+		t.next = (t.next + 1) & 0xFFFFFF
+		if t.next == 0 {
+			continue
+		}
+		c := t.dir[t.next>>12].Load()
+		if c == nil {
+			c = new(mrChunk)
+			t.dir[t.next>>12].Store(c)
+		}
+		slot := &c[t.next&0xFFF]
+		if slot.Load() != nil {
+			continue
+		}
+		mr.key = t.next<<8 | randUint32()&0xFF
+		mr.dev = mr.pd.ctx.dev
+		mr.valid.Store(true)
+		slot.Store(mr)
+		t.count++
+		return nil
+	}
+}
+
+func (t *mrTable) remove(mr *MR) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx := mr.key >> 8
+	if c := t.dir[idx>>12].Load(); c != nil && c[idx&0xFFF].CompareAndSwap(mr, nil) {
+		t.count--
+	}
+}
+
+func (t *mrTable) lookup(key uint32) *MR {
+	idx := key >> 8
+	c := t.dir[idx>>12].Load()
+	if c == nil {
+		return nil
+	}
+	mr := c[idx&0xFFF].Load()
+	if mr == nil || mr.key != key || !mr.valid.Load() {
+		return nil
+	}
+	return mr
+}
+
+// resolve checks an access of n bytes at addr through key for pd and returns
+// the memory.
+func (d *Device) resolve(key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
+	mr := d.mrs.lookup(key)
+	if mr == nil {
+		return nil, nil, FaultKey
+	}
+	if mr.pd != pd {
+		return nil, mr, FaultPD
+	}
+	if mr.access&need != need {
+		return nil, mr, FaultAccess
+	}
+	if addr < mr.addr || addr-mr.addr > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-(addr-mr.addr) {
+		return nil, mr, FaultBounds
+	}
+	off := addr - mr.addr
+	return mr.buf[off : off+uint64(n) : off+uint64(n)], mr, FaultNone
+}

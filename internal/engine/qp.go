@@ -1,0 +1,813 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// WQE is a send work request in the send queue: a copy of the posted request
+// (its SGList and Inline alias storage owned by the queue slot).
+type WQE struct {
+	WR      verbs.SendWR
+	Len     uint32 // message length: the sum of the SGE lengths, or of the inline data
+	Retries int    // free for the wire (RNR retry counting)
+	Data    any    // free for the wire (per-request transport state)
+
+	seq      uint64
+	state    wqeState
+	status   verbs.WCStatus
+	signaled bool
+	rdAtomic bool // counted in the QP's outstanding reads/atomics
+	sge      []verbs.SGE
+	inl      []byte
+}
+
+// Seq identifies the request for QP.Complete; slots are reused, sequence numbers are not.
+func (w *WQE) Seq() uint64 { return w.seq }
+
+type wqeState uint8
+
+const (
+	wqeQueued  wqeState = iota // posted, not started
+	wqeTx                      // inside Wire.Transmit
+	wqePending                 // handed to the transport, waiting for QP.Complete
+	wqeDone                    // finished, waiting to be retired into the CQ
+)
+
+type sendQueue struct {
+	ring             []WQE
+	mask             uint64
+	head, next, tail uint64 // retire, transmit, post positions
+}
+
+type rqe struct {
+	wrid uint64
+	sge  []verbs.SGE
+}
+
+type recvQueue struct {
+	ring       []rqe
+	mask       uint64
+	head, tail uint64
+	max        int
+}
+
+func newRecvQueue(maxWR, maxSGE int) recvQueue {
+	n := pow2(maxWR)
+	rq := recvQueue{ring: make([]rqe, n), mask: uint64(n - 1), max: maxWR}
+	for i := range rq.ring {
+		rq.ring[i].sge = make([]verbs.SGE, 0, maxSGE)
+	}
+	return rq
+}
+
+func pow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// RecvCtx is a receive buffer taken from the receive queue (or SRQ) for an
+// incoming message.
+type RecvCtx struct {
+	WRID uint64
+	SGE  []verbs.SGE
+}
+
+// QP is the engine's queue pair.
+type QP struct {
+	v      *verbs.QP
+	ctx    *Context
+	pd     *PD
+	dev    *Device
+	num    uint32
+	typ    verbs.QPType
+	scq    *CQ
+	rcq    *CQ
+	srq    *SRQ
+	cap    verbs.QPCap
+	sigAll bool
+	wire   Wire
+
+	mu        sync.Mutex
+	state     verbs.QPState
+	attr      verbs.QPAttr
+	sq        sendQueue
+	rq        recvQueue // unused with an SRQ
+	txActive  bool
+	stalled   atomic.Bool
+	kicks     uint64 // Kick calls, to catch a kick racing a stall
+	rdOut     int    // outstanding RDMA reads and atomics (ORD accounting)
+	draining  bool
+	destroyed bool
+
+	rxMu sync.Mutex
+	rx   RecvCtx
+}
+
+// CreateQP implements verbs.PDDriver.
+func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
+	dev := pd.ctx.dev
+	a := dev.cfg.Attr
+	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUD {
+		return nil, fmt.Errorf("%w: QP type %v (the engine has RC and UD)", verbs.ErrNotSupported, attr.QPType)
+	}
+	c := attr.Cap
+	if c.MaxSendWR > a.MaxQPWR || c.MaxSendSGE > a.MaxSGE || c.MaxInlineData > a.MaxInlineData {
+		return nil, fmt.Errorf("%w: send capabilities %+v exceed the device's (max WR %d, SGE %d, inline %d)",
+			verbs.ErrInvalid, c, a.MaxQPWR, a.MaxSGE, a.MaxInlineData)
+	}
+	var srq *SRQ
+	if attr.SRQ != nil {
+		var ok bool
+		if srq, ok = attr.SRQ.Driver().(*SRQ); !ok {
+			return nil, fmt.Errorf("%w: SRQ of another provider", verbs.ErrInvalid)
+		}
+		if srq.pd != pd {
+			return nil, fmt.Errorf("%w: SRQ of another protection domain", verbs.ErrInvalid)
+		}
+		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
+	} else if c.MaxRecvWR > a.MaxQPWR || c.MaxRecvSGE > a.MaxSGE {
+		return nil, fmt.Errorf("%w: receive capabilities %+v exceed the device's (max WR %d, SGE %d)",
+			verbs.ErrInvalid, c, a.MaxQPWR, a.MaxSGE)
+	}
+	scq, ok1 := attr.SendCQ.Driver().(*CQ)
+	rcq, ok2 := attr.RecvCQ.Driver().(*CQ)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: CQ of another provider", verbs.ErrInvalid)
+	}
+	q := &QP{v: v, ctx: pd.ctx, pd: pd, dev: dev, typ: attr.QPType, scq: scq, rcq: rcq, srq: srq, cap: c, sigAll: attr.SQSigAll}
+	n := pow2(c.MaxSendWR)
+	q.sq = sendQueue{ring: make([]WQE, n), mask: uint64(n - 1)}
+	for i := range q.sq.ring {
+		q.sq.ring[i].sge = make([]verbs.SGE, 0, c.MaxSendSGE)
+		if c.MaxInlineData > 0 {
+			q.sq.ring[i].inl = make([]byte, 0, c.MaxInlineData)
+		}
+	}
+	if srq == nil {
+		q.rq = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
+		q.rx.SGE = make([]verbs.SGE, 0, c.MaxRecvSGE)
+	} else {
+		q.rx.SGE = make([]verbs.SGE, 0, srq.maxSGE)
+	}
+	if err := dev.addQP(q); err != nil {
+		return nil, err
+	}
+	if dev.cfg.NewWire != nil {
+		q.wire = dev.cfg.NewWire(q)
+	}
+	if q.wire == nil {
+		q.wire = noWire{}
+	}
+	pd.refs.Add(1)
+	scq.refs.Add(1)
+	rcq.refs.Add(1)
+	if srq != nil {
+		srq.attach(q)
+	}
+	return q, nil
+}
+
+// Num implements verbs.QPDriver.
+func (q *QP) Num() uint32 { return q.num }
+
+// Verbs returns the verbs object of the QP.
+func (q *QP) Verbs() *verbs.QP { return q.v }
+
+// Type returns the QP type.
+func (q *QP) Type() verbs.QPType { return q.typ }
+
+// Device returns the QP's device.
+func (q *QP) Device() *Device { return q.dev }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+// Wire returns the QP's wire.
+func (q *QP) Wire() Wire { return q.wire }
+
+// SetWire attaches the wire, for providers whose connection manager creates
+// it after the QP (the QP must be in RESET or INIT).
+func (q *QP) SetWire(w Wire) {
+	q.mu.Lock()
+	q.wire = w
+	q.mu.Unlock()
+}
+
+// State returns the current state.
+func (q *QP) State() verbs.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+// Attr returns the current attributes.
+func (q *QP) Attr() verbs.QPAttr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.QPState = q.state
+	return a
+}
+
+// PostSend implements verbs.QPDriver.
+func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	var perr error
+	q.mu.Lock()
+	for i := range wrs {
+		if err := q.postSend(&wrs[i]); err != nil {
+			perr = &verbs.PostError{Index: i, WRID: wrs[i].WRID, Err: err}
+			break
+		}
+	}
+	q.mu.Unlock()
+	q.progress()
+	return perr
+}
+
+// postSend checks and queues one request; q.mu is held.
+func (q *QP) postSend(wr *verbs.SendWR) error {
+	switch q.state {
+	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSErr:
+	case verbs.QPSSQE:
+		if q.typ != verbs.QPTUD {
+			return fmt.Errorf("%w: QP is in %v", verbs.ErrInvalidState, q.state)
+		}
+	default:
+		return fmt.Errorf("%w: send posted to a QP in %v (needs RTS)", verbs.ErrInvalidState, q.state)
+	}
+	if q.destroyed {
+		return verbs.ErrClosed
+	}
+	if q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) {
+		return fmt.Errorf("%w: send queue holds %d requests (max_send_wr)", verbs.ErrQueueFull, q.cap.MaxSendWR)
+	}
+	if len(wr.SGList) > q.cap.MaxSendSGE {
+		return fmt.Errorf("%w: %d SGEs, max_send_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxSendSGE)
+	}
+	a := &q.dev.cfg.Attr
+	op := wr.Opcode
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm:
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRSendWithInv,
+		verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		if q.typ == verbs.QPTUD {
+			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalid, op)
+		}
+	case verbs.WRLocalInv, verbs.WRBindMW:
+		return fmt.Errorf("%w: %v", verbs.ErrNotSupported, op)
+	default:
+		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, op)
+	}
+	if q.typ == verbs.QPTUD {
+		if wr.AH == nil {
+			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalid)
+		}
+		if ah, ok := wr.AH.Driver().(*AH); !ok || ah.pd != q.pd || ah.dead.Load() {
+			return fmt.Errorf("%w: address handle of another protection domain, or destroyed", verbs.ErrInvalid)
+		}
+	}
+	var n uint64
+	for _, s := range wr.SGList {
+		n += uint64(s.Length)
+	}
+	inline := wr.Flags&verbs.SendInline != 0
+	if inline && wr.Inline != nil {
+		n = uint64(len(wr.Inline))
+	}
+	isAtomic := op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd
+	switch {
+	case isAtomic:
+		if a.AtomicCap == verbs.AtomicNone {
+			return fmt.Errorf("%w: the device has no atomic operations", verbs.ErrNotSupported)
+		}
+		if n != 8 {
+			return fmt.Errorf("%w: atomic result buffer of %d bytes (must be 8)", verbs.ErrInvalid, n)
+		}
+	case op == verbs.WRRDMARead:
+		if len(wr.SGList) > a.MaxSGERd {
+			return fmt.Errorf("%w: %d SGEs on an RDMA read, the device allows %d", verbs.ErrInvalid, len(wr.SGList), a.MaxSGERd)
+		}
+	}
+	if inline {
+		if op == verbs.WRRDMARead || isAtomic {
+			return fmt.Errorf("%w: inline %v", verbs.ErrInvalid, op)
+		}
+		if n > uint64(q.cap.MaxInlineData) {
+			return fmt.Errorf("%w: %d bytes inline, max_inline_data is %d", verbs.ErrInvalid, n, q.cap.MaxInlineData)
+		}
+	}
+	if n > uint64(q.dev.cfg.Port.MaxMsgSz) {
+		return fmt.Errorf("%w: message of %d bytes, the port allows %d", verbs.ErrInvalid, n, q.dev.cfg.Port.MaxMsgSz)
+	}
+
+	w := &q.sq.ring[q.sq.tail&q.sq.mask]
+	sge, inl := w.sge[:0], w.inl[:0]
+	*w = WQE{WR: *wr, Len: uint32(n), seq: q.sq.tail, signaled: q.sigAll || wr.Flags&verbs.SendSignaled != 0, sge: sge, inl: inl}
+	if inline {
+		// The data is copied now: the caller may reuse its buffers when PostSend returns.
+		if wr.Inline != nil {
+			w.inl = append(w.inl, wr.Inline...)
+		} else {
+			for _, s := range wr.SGList {
+				b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, 0)
+				if f != FaultNone && s.Length > 0 {
+					return fmt.Errorf("%w: inline SGE (%#x, %d, lkey %#x): %v", verbs.ErrInvalid, s.Addr, s.Length, s.LKey, f)
+				}
+				w.inl = append(w.inl, b...)
+			}
+		}
+		w.WR.Inline = w.inl
+		w.WR.SGList = nil
+	} else {
+		w.sge = append(w.sge, wr.SGList...)
+		w.WR.SGList = w.sge
+		w.WR.Inline = nil
+	}
+	if q.state == verbs.QPSErr {
+		w.state, w.status = wqeDone, verbs.WCWRFlushErr
+	}
+	q.sq.tail++
+	return nil
+}
+
+// progress transmits queued requests. Whoever finds the transmitter idle
+// becomes it and drains the queue; other posters only enqueue. So requests
+// leave in order, no goroutine waits for another, and a wire may call back
+// into the engine (even for this QP) from Transmit.
+func (q *QP) progress() {
+	q.mu.Lock()
+	if q.txActive {
+		q.mu.Unlock()
+		return
+	}
+	q.txActive = true
+	for {
+		w := q.nextTx()
+		if w == nil {
+			break
+		}
+		w.state = wqeTx
+		seq, kicks := w.seq, q.kicks
+		q.mu.Unlock()
+		res := q.wire.Transmit(q, w)
+		q.mu.Lock()
+		q.txResult(w, seq, kicks, res)
+		q.retire()
+	}
+	q.txActive = false
+	q.retire()
+	q.mu.Unlock()
+}
+
+func isRdAtomic(op verbs.WROpcode) bool {
+	return op == verbs.WRRDMARead || op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd
+}
+
+// nextTx returns the next request to transmit, honouring the state, RNR
+// stalls, fences and the ORD limit; q.mu is held.
+func (q *QP) nextTx() *WQE {
+	if (q.state != verbs.QPSRTS && !(q.state == verbs.QPSSQE && q.typ == verbs.QPTUD)) || q.stalled.Load() || q.sq.next == q.sq.tail {
+		return nil
+	}
+	w := &q.sq.ring[q.sq.next&q.sq.mask]
+	if w.WR.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		return nil // a fenced request waits for earlier reads and atomics
+	}
+	if isRdAtomic(w.WR.Opcode) && q.rdOut >= int(q.attr.MaxRdAtomic) && q.attr.MaxRdAtomic > 0 {
+		return nil // ORD reached: wait for a read or atomic to complete
+	}
+	q.sq.next++
+	return w
+}
+
+// txResult applies Transmit's result; q.mu is held.
+func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
+	if w.seq != seq || w.state != wqeTx {
+		return
+	}
+	switch res.Outcome {
+	case Done:
+		w.state, w.status = wqeDone, res.Status
+		if res.Status != verbs.WCSuccess && q.state != verbs.QPSErr {
+			q.enterErr()
+		}
+	case Pending:
+		if q.state == verbs.QPSErr {
+			w.state, w.status = wqeDone, verbs.WCWRFlushErr
+			return
+		}
+		w.state = wqePending
+		if isRdAtomic(w.WR.Opcode) {
+			w.rdAtomic = true
+			q.rdOut++
+		}
+	case Stall:
+		if q.state == verbs.QPSErr {
+			w.state, w.status = wqeDone, verbs.WCWRFlushErr
+			return
+		}
+		w.state = wqeQueued
+		q.sq.next = seq
+		if q.kicks == kicks { // no Kick came while Transmit ran: wait for one
+			q.stalled.Store(true)
+		}
+	}
+}
+
+// retire moves finished requests, in posting order, into the send CQ; q.mu is held.
+func (q *QP) retire() {
+	for q.sq.head != q.sq.tail {
+		w := &q.sq.ring[q.sq.head&q.sq.mask]
+		if w.state != wqeDone {
+			break
+		}
+		if w.signaled || w.status != verbs.WCSuccess {
+			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
+			switch {
+			case w.status != verbs.WCSuccess:
+			case w.WR.Opcode == verbs.WRRDMARead:
+				wc.ByteLen = w.Len
+			case w.WR.Opcode == verbs.WRAtomicCmpAndSwp || w.WR.Opcode == verbs.WRAtomicFetchAndAdd:
+				wc.ByteLen = 8
+			}
+			q.scq.push(&wc, false)
+		}
+		w.Data = nil
+		q.sq.head++
+	}
+	if q.sq.next < q.sq.head {
+		q.sq.next = q.sq.head
+	}
+	if q.draining && q.sq.head == q.sq.next {
+		q.draining = false
+		q.attr.SQDraining = false
+		if q.attr.EnSQDAsyncNotify {
+			q.ctx.raise(verbs.AsyncEvent{Type: verbs.EventSQDrained, QP: q.v})
+		}
+	}
+}
+
+// Complete finishes a request that Transmit left Pending. A stale request
+// (flushed meanwhile, or its slot reused) is ignored. An error status moves
+// the QP to ERR.
+func (q *QP) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
+	q.mu.Lock()
+	if w.seq != seq || w.state != wqePending {
+		q.mu.Unlock()
+		return
+	}
+	w.state, w.status = wqeDone, status
+	if w.rdAtomic {
+		w.rdAtomic = false
+		q.rdOut--
+	}
+	if status != verbs.WCSuccess && q.state != verbs.QPSErr {
+		q.enterErr()
+	}
+	q.retire()
+	q.mu.Unlock()
+	q.progress() // a fence or the ORD limit may have been released
+}
+
+// Kick resumes a send queue stalled by Transmit (the responder posted a receive, an RNR timer expired).
+func (q *QP) Kick() {
+	q.mu.Lock()
+	q.kicks++
+	was := q.stalled.Swap(false)
+	q.mu.Unlock()
+	if was {
+		q.progress()
+	}
+}
+
+// Stalled reports whether the send queue waits for a Kick.
+func (q *QP) Stalled() bool { return q.stalled.Load() }
+
+// SetError moves the QP to ERR, flushing its work. Wires call it when the
+// connection fails.
+func (q *QP) SetError() { q.fail(nil) }
+
+// Fatal moves the QP to ERR, flushing its work, and raises the asynchronous
+// event ev for it (EventQPFatal, EventQPAccessErr, EventQPReqErr).
+func (q *QP) Fatal(ev verbs.EventType) { q.fail(&ev) }
+
+func (q *QP) fail(ev *verbs.EventType) {
+	q.mu.Lock()
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset || q.destroyed {
+		q.mu.Unlock()
+		return
+	}
+	q.enterErr()
+	q.mu.Unlock()
+	if ev != nil {
+		q.ctx.raise(verbs.AsyncEvent{Type: *ev, QP: q.v})
+	}
+}
+
+// enterErr moves the QP to ERR: every request not being transmitted now
+// completes with WR_FLUSH_ERR, and so does every posted receive; q.mu is held.
+func (q *QP) enterErr() {
+	q.state = verbs.QPSErr
+	q.stalled.Store(false)
+	q.draining = false
+	for i := q.sq.head; i != q.sq.tail; i++ {
+		w := &q.sq.ring[i&q.sq.mask]
+		switch w.state {
+		case wqeQueued, wqePending:
+			w.state, w.status = wqeDone, verbs.WCWRFlushErr
+			if w.rdAtomic {
+				w.rdAtomic = false
+				q.rdOut--
+			}
+		}
+	}
+	q.sq.next = q.sq.tail
+	q.retire()
+	if q.srq == nil {
+		q.flushRecv()
+	} else {
+		q.ctx.raise(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: q.v})
+	}
+	q.wire.Shutdown(q, false)
+}
+
+func (q *QP) flushRecv() {
+	for ; q.rq.head != q.rq.tail; q.rq.head++ {
+		r := &q.rq.ring[q.rq.head&q.rq.mask]
+		wc := verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.rcq.push(&wc, false)
+	}
+}
+
+// PostRecv implements verbs.QPDriver.
+func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	if q.srq != nil {
+		return &verbs.PostError{Index: 0, Err: fmt.Errorf("%w: the QP uses an SRQ", verbs.ErrInvalid)}
+	}
+	var perr error
+	posted := false
+	q.mu.Lock()
+	for i := range wrs {
+		wr := &wrs[i]
+		var err error
+		switch {
+		case q.destroyed:
+			err = verbs.ErrClosed
+		case q.state == verbs.QPSReset:
+			err = fmt.Errorf("%w: receive posted to a QP in RESET", verbs.ErrInvalidState)
+		case len(wr.SGList) > q.cap.MaxRecvSGE:
+			err = fmt.Errorf("%w: %d SGEs, max_recv_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxRecvSGE)
+		case q.rq.tail-q.rq.head >= uint64(q.rq.max):
+			err = fmt.Errorf("%w: receive queue holds %d requests (max_recv_wr)", verbs.ErrQueueFull, q.rq.max)
+		}
+		if err != nil {
+			perr = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
+			break
+		}
+		r := &q.rq.ring[q.rq.tail&q.rq.mask]
+		r.wrid = wr.WRID
+		r.sge = append(r.sge[:0], wr.SGList...)
+		q.rq.tail++
+		posted = true
+	}
+	if q.state == verbs.QPSErr {
+		q.flushRecv()
+		posted = false
+	}
+	w := q.wire
+	q.mu.Unlock()
+	if posted {
+		w.RecvPosted(q)
+	}
+	return perr
+}
+
+// LockRx serialises the delivery of incoming messages to q: a wire holds it
+// from TakeRecv to CompleteRecv when several senders can reach q at once (UD).
+func (q *QP) LockRx() { q.rxMu.Lock() }
+
+// UnlockRx releases LockRx.
+func (q *QP) UnlockRx() { q.rxMu.Unlock() }
+
+// CanReceive reports whether the QP accepts incoming messages (RTR, RTS, SQD, SQE).
+func (q *QP) CanReceive() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.canReceive()
+}
+
+func (q *QP) canReceive() bool {
+	return !q.destroyed && q.state >= verbs.QPSRTR && q.state <= verbs.QPSSQE
+}
+
+// TakeRecv takes the oldest posted receive (from the SRQ when the QP has
+// one) for an incoming message. It returns false when there is none. The
+// returned context is the QP's own and stays valid until the next TakeRecv.
+func (q *QP) TakeRecv() (*RecvCtx, bool) {
+	if q.srq != nil {
+		return &q.rx, q.srq.take(&q.rx)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rq.head == q.rq.tail {
+		return nil, false
+	}
+	r := &q.rq.ring[q.rq.head&q.rq.mask]
+	q.rx.WRID = r.wrid
+	q.rx.SGE = append(q.rx.SGE[:0], r.sge...)
+	q.rq.head++
+	return &q.rx, true
+}
+
+// CompleteRecv reports a received message (or a receive that failed) on
+// the receive CQ.
+func (q *QP) CompleteRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
+	wc.WRID = rc.WRID
+	wc.QPNum = q.num
+	q.rcq.push(wc, solicited)
+}
+
+// Modify implements verbs.QPDriver.
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	from := q.state
+	if err := q.checkModify(attr, mask); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	to := from
+	if mask&verbs.QPAttrState != 0 {
+		to = attr.QPState
+	}
+	w := q.wire
+	q.mu.Unlock()
+
+	if err := w.Modify(q, attr, mask, from, to); err != nil {
+		return err
+	}
+
+	q.mu.Lock()
+	if q.state != from && to != verbs.QPSErr && to != verbs.QPSReset {
+		// The QP changed state (an error) while the wire prepared the transition.
+		now := q.state
+		q.mu.Unlock()
+		return fmt.Errorf("%w: QP moved from %v to %v during modify", verbs.ErrInvalidState, from, now)
+	}
+	q.applyAttr(attr, mask)
+	switch to {
+	case verbs.QPSReset:
+		q.reset()
+	case verbs.QPSErr:
+		if q.state != verbs.QPSErr {
+			q.enterErr()
+		}
+	case verbs.QPSSQD:
+		if from != verbs.QPSSQD {
+			q.state = to
+			q.draining = true
+			q.attr.SQDraining = true
+			q.retire() // reports "drained" at once when nothing is in flight
+		}
+	default:
+		q.state = to
+	}
+	q.mu.Unlock()
+	if to == verbs.QPSRTS {
+		q.progress()
+	}
+	return nil
+}
+
+func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
+	t := &q.attr
+	if m&verbs.QPAttrEnSQDAsyncNotify != 0 {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if m&verbs.QPAttrAccessFlags != 0 {
+		t.QPAccessFlags = a.QPAccessFlags
+	}
+	if m&verbs.QPAttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if m&verbs.QPAttrPort != 0 {
+		t.PortNum = a.PortNum
+	}
+	if m&verbs.QPAttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if m&verbs.QPAttrAV != 0 {
+		t.AHAttr = a.AHAttr
+	}
+	if m&verbs.QPAttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if m&verbs.QPAttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if m&verbs.QPAttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if m&verbs.QPAttrRnrRetry != 0 {
+		t.RnrRetry = a.RnrRetry
+	}
+	if m&verbs.QPAttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN
+	}
+	if m&verbs.QPAttrMaxQPRdAtomic != 0 {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if m&verbs.QPAttrAltPath != 0 {
+		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
+	}
+	if m&verbs.QPAttrMinRnrTimer != 0 {
+		t.MinRnrTimer = a.MinRnrTimer
+	}
+	if m&verbs.QPAttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN
+	}
+	if m&verbs.QPAttrMaxDestRdAtomic != 0 {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+	if m&verbs.QPAttrDestQPN != 0 {
+		t.DestQPNum = a.DestQPNum
+	}
+}
+
+// reset discards all work without completions; q.mu is held.
+func (q *QP) reset() {
+	q.state = verbs.QPSReset
+	q.stalled.Store(false)
+	q.draining = false
+	q.rdOut = 0
+	for i := q.sq.head; i != q.sq.tail; i++ {
+		w := &q.sq.ring[i&q.sq.mask]
+		w.state, w.Data = wqeDone, nil
+	}
+	q.sq.head, q.sq.next = q.sq.tail, q.sq.tail
+	q.rq.head = q.rq.tail
+	q.attr = verbs.QPAttr{}
+	q.wire.Shutdown(q, false)
+}
+
+// Query implements verbs.QPDriver.
+func (q *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.QPState, a.CurQPState, a.Cap = q.state, q.state, q.cap
+	ia := verbs.QPInitAttr{SendCQ: q.scq.v, RecvCQ: q.rcq.v, Cap: q.cap, QPType: q.typ, SQSigAll: q.sigAll, UserData: q.v.UserData()}
+	if q.srq != nil {
+		ia.SRQ = q.srq.v
+	}
+	return a, ia, nil
+}
+
+// Destroy implements verbs.QPDriver.
+func (q *QP) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	q.reset()
+	q.destroyed = true
+	q.wire.Shutdown(q, true)
+	q.mu.Unlock()
+	q.dev.removeQP(q)
+	if q.srq != nil {
+		q.srq.detach(q)
+	}
+	q.scq.refs.Add(-1)
+	q.rcq.refs.Add(-1)
+	q.pd.refs.Add(-1)
+	return nil
+}
+
+// noWire is the wire of a QP that has none yet: nothing can be sent.
+type noWire struct{}
+
+func (noWire) Modify(*QP, *verbs.QPAttr, verbs.QPAttrMask, verbs.QPState, verbs.QPState) error {
+	return nil
+}
+func (noWire) Transmit(*QP, *WQE) Result { return Fail(verbs.WCRetryExcErr) }
+func (noWire) RecvPosted(*QP)            {}
+func (noWire) Shutdown(*QP, bool)        {}
+
+// ConnectedTo reports whether the QP can receive from the QP numbered n: it
+// is in RTR, RTS or SQD and, for RC, its destination is n.
+func (q *QP) ConnectedTo(n uint32) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.canReceive() && (q.typ != verbs.QPTRC || q.attr.DestQPNum == n)
+}

@@ -1,0 +1,427 @@
+// Package loop is goverbs' in-process provider: queue pairs in one process,
+// connected directly, with no network. It runs the whole shared software
+// engine (every check, status and state transition the other pure-Go
+// providers have), so it is what to use to unit-test RDMA code: import it,
+// open "loop0", and connect two QPs with Connect.
+//
+// Work requests execute synchronously inside PostSend, on the posting
+// goroutine: when PostSend returns, an RDMA WRITE has landed in the target
+// region and the receiver's completion is in its CQ. Errors follow the
+// InfiniBand RC rules: a remote access violation completes the requester's
+// WR with REM_ACCESS_ERR and moves the responder QP to ERR with
+// EventQPAccessErr; a receive buffer that is too small completes the
+// receive with LOC_LEN_ERR and the send with REM_INV_REQ_ERR; a send that
+// finds no posted receive is an RNR: with rnr_retry 7 it waits for one,
+// otherwise it is retried rnr_retry times, min_rnr_timer apart, and then fails
+// with RNR_RETRY_EXC_ERR; a peer QP that is missing or not connected gives
+// RETRY_EXC_ERR at once (the transport timeout is not simulated).
+//
+// UD works too: a UD receive buffer gets the 40-byte GRH (an IPv6 header
+// with the source and destination GIDs) followed by the payload, and WC
+// flags have WCFlagGRH. UD sends with no posted receive, or with a Q_Key
+// that does not match, are dropped, as on a real fabric.
+package loop
+
+import (
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// DeviceName is the name of the loop device registered at init.
+const DeviceName = "loop0"
+
+// MaxInline is the largest max_inline_data a loop QP may ask for.
+const MaxInline = 4096
+
+type provider struct{}
+
+func (provider) Devices() []verbs.DeviceDriver {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	out := make([]verbs.DeviceDriver, len(fab.devs))
+	for i, d := range fab.devs {
+		out[i] = d
+	}
+	return out
+}
+
+// fab is the process-wide fabric that connects loop devices.
+var fab struct {
+	mu   sync.Mutex
+	devs []*engine.Device
+}
+
+func init() {
+	AddDevice(DeviceName)
+	verbs.RegisterProvider("loop", provider{})
+}
+
+// AddDevice adds another loop device (to model two hosts, say) and returns
+// its name. Devices reach each other's QPs through address vectors: the LID
+// or the GID of the target device's port.
+func AddDevice(name string) string {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	idx := len(fab.devs) + 1
+	guid := uint64(0x0200_5eff_fe00_0000) | uint64(idx)
+	var gid verbs.GID
+	gid[0], gid[1] = 0xfe, 0x80
+	binary.BigEndian.PutUint64(gid[8:], guid)
+	d := engine.NewDevice(engine.Config{
+		Name:      name,
+		GUID:      guid,
+		NodeType:  verbs.NodeCA,
+		Transport: verbs.TransportIB,
+		GID:       gid,
+		Attr: verbs.DeviceAttr{
+			FWVer:           "goverbs-loop 1",
+			MaxMRSize:       1 << 40,
+			PageSizeCap:     4096,
+			MaxQP:           1 << 16,
+			MaxQPWR:         1 << 15,
+			MaxSGE:          32,
+			MaxSGERd:        32,
+			MaxCQ:           1 << 16,
+			MaxCQE:          1 << 22,
+			MaxMR:           1 << 20,
+			MaxPD:           1 << 16,
+			MaxQPRdAtom:     128,
+			MaxQPInitRdAtom: 128,
+			MaxResRdAtom:    128 << 16,
+			AtomicCap:       verbs.AtomicGlob,
+			MaxAH:           1 << 16,
+			MaxSRQ:          1 << 16,
+			MaxSRQWR:        1 << 15,
+			MaxSRQSGE:       32,
+			MaxInlineData:   MaxInline,
+			MaxPKeys:        1,
+		},
+		Port: verbs.PortAttr{
+			State:      verbs.PortActive,
+			MaxMTU:     verbs.MTU4096,
+			ActiveMTU:  verbs.MTU4096,
+			GIDTblLen:  1,
+			MaxMsgSz:   1 << 31,
+			PKeyTblLen: 1,
+			LID:        uint16(idx),
+			LinkLayer:  verbs.LinkLayerInfiniBand,
+			PhysState:  5, // LinkUp
+		},
+		NewWire: func(q *engine.QP) engine.Wire { return &wire{} },
+	})
+	fab.devs = append(fab.devs, d)
+	return name
+}
+
+// route finds the device an address vector names.
+func route(av *verbs.AHAttr) *engine.Device {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	for _, d := range fab.devs {
+		if av.IsGlobal && d.GIDOf() == av.GRH.DGID {
+			return d
+		}
+		if !av.IsGlobal && d.Attr().NodeGUID&0xFFFF == uint64(av.DLID) {
+			return d
+		}
+	}
+	return nil
+}
+
+// wire is a loop QP's transport: function calls into the peer's engine.
+type wire struct {
+	mu      sync.Mutex
+	dest    *engine.Device // RC: the destination device, from the AV
+	destQPN uint32
+	peer    *engine.QP // RC: cached destination QP
+	src     [][]byte   // scratch, used only by the transmitting goroutine
+	dst     [][]byte
+}
+
+func (w *wire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if q.Type() == verbs.QPTRC && from == verbs.QPSInit && to == verbs.QPSRTR {
+		w.mu.Lock()
+		// An unknown destination is accepted, as hardware accepts it; sends then fail with RETRY_EXC_ERR.
+		w.dest, w.destQPN, w.peer = route(&attr.AHAttr), attr.DestQPNum, nil
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+func (w *wire) Shutdown(q *engine.QP, destroyed bool) {
+	if w.mu.TryLock() { // Shutdown runs with q locked; the cache is only a hint
+		w.peer = nil
+		w.mu.Unlock()
+	}
+}
+
+func (w *wire) RecvPosted(q *engine.QP) {
+	if q.Type() != verbs.QPTRC {
+		return
+	}
+	if p := w.peerQP(q); p != nil && p.Stalled() {
+		p.Kick()
+	}
+}
+
+// peerQP returns the RC peer if it exists and is connected to q.
+func (w *wire) peerQP(q *engine.QP) *engine.QP {
+	w.mu.Lock()
+	p, dev, n := w.peer, w.dest, w.destQPN
+	w.mu.Unlock()
+	if p == nil || p.Num() != n || p.Device() != dev {
+		if dev == nil {
+			return nil
+		}
+		p = dev.LookupQP(n)
+		if p == nil {
+			return nil
+		}
+		w.mu.Lock()
+		w.peer = p
+		w.mu.Unlock()
+	}
+	if !p.ConnectedTo(q.Num()) {
+		return nil
+	}
+	return p
+}
+
+func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
+	if q.Type() == verbs.QPTUD {
+		return w.transmitUD(q, wqe)
+	}
+	p := w.peerQP(q)
+	if p == nil {
+		return engine.Fail(verbs.WCRetryExcErr)
+	}
+	wr := &wqe.WR
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
+		return w.send(q, p, wqe)
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		var st verbs.WCStatus
+		if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		dst, f := p.ResolveRemote(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteWrite)
+		if f != engine.FaultNone {
+			p.Fatal(verbs.EventQPAccessErr)
+			return engine.Fail(verbs.WCRemAccessErr)
+		}
+		if wr.Opcode == verbs.WRRDMAWriteWithImm {
+			return w.writeImm(q, p, wqe, dst)
+		}
+		off := 0
+		for _, s := range w.src {
+			off += copy(dst[off:], s)
+		}
+		return engine.ResultOK
+	case verbs.WRRDMARead:
+		if p.Attr().MaxDestRdAtomic == 0 {
+			p.Fatal(verbs.EventQPReqErr)
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		src, f := p.ResolveRemote(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteRead)
+		if f != engine.FaultNone {
+			p.Fatal(verbs.EventQPAccessErr)
+			return engine.Fail(verbs.WCRemAccessErr)
+		}
+		var st verbs.WCStatus
+		if w.dst, st = q.Sink(wqe, w.dst[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		engine.CopyInto(w.dst, 0, src)
+		return engine.ResultOK
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		if p.Attr().MaxDestRdAtomic == 0 {
+			p.Fatal(verbs.EventQPReqErr)
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		var st verbs.WCStatus
+		if w.dst, st = q.Sink(wqe, w.dst[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		old, f := p.Atomic(wr.RKey, wr.RemoteAddr, wr.Opcode, wr.CompareAdd, wr.Swap)
+		switch f {
+		case engine.FaultNone:
+		case engine.FaultAlign:
+			p.Fatal(verbs.EventQPReqErr)
+			return engine.Fail(verbs.WCRemInvReqErr)
+		default:
+			p.Fatal(verbs.EventQPAccessErr)
+			return engine.Fail(verbs.WCRemAccessErr)
+		}
+		var b [8]byte
+		binary.NativeEndian.PutUint64(b[:], old)
+		engine.CopyInto(w.dst, 0, b[:])
+		return engine.ResultOK
+	}
+	return engine.Fail(verbs.WCLocQPOpErr)
+}
+
+// send delivers a SEND into the peer's next receive buffer.
+func (w *wire) send(q, p *engine.QP, wqe *engine.WQE) engine.Result {
+	var st verbs.WCStatus
+	if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
+		return engine.Fail(st)
+	}
+	p.LockRx()
+	defer p.UnlockRx()
+	rc, ok := p.TakeRecv()
+	if !ok {
+		return w.rnr(q, p, wqe)
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: q.Num(), ByteLen: wqe.Len}
+	if w.dst, st = p.RecvSegments(rc, w.dst[:0]); st != verbs.WCSuccess {
+		wc.Status = st
+		p.CompleteRecv(rc, &wc, false)
+		p.SetError()
+		return engine.Fail(verbs.WCRemOpErr)
+	}
+	if engine.TotalLen(w.dst) < int(wqe.Len) {
+		wc.Status = verbs.WCLocLenErr
+		p.CompleteRecv(rc, &wc, false)
+		p.SetError()
+		return engine.Fail(verbs.WCRemInvReqErr)
+	}
+	off := 0
+	for _, s := range w.src {
+		off += engine.CopyInto(w.dst, off, s)
+	}
+	switch wqe.WR.Opcode {
+	case verbs.WRSendWithImm:
+		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, wqe.WR.ImmData
+	case verbs.WRSendWithInv:
+		if p.Invalidate(wqe.WR.InvalidateRKey) != engine.FaultNone {
+			wc.Status = verbs.WCLocQPOpErr
+			p.CompleteRecv(rc, &wc, false)
+			p.SetError()
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, wqe.WR.InvalidateRKey
+	}
+	p.CompleteRecv(rc, &wc, wqe.WR.Flags&verbs.SendSolicited != 0)
+	return engine.ResultOK
+}
+
+// writeImm places an RDMA WRITE WITH IMM, whose immediate consumes a receive.
+func (w *wire) writeImm(q, p *engine.QP, wqe *engine.WQE, dst []byte) engine.Result {
+	p.LockRx()
+	defer p.UnlockRx()
+	rc, ok := p.TakeRecv()
+	if !ok {
+		return w.rnr(q, p, wqe) // nothing was written yet: the retry writes it
+	}
+	off := 0
+	for _, s := range w.src {
+		off += copy(dst[off:], s)
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: q.Num(), ByteLen: wqe.Len, Flags: verbs.WCFlagWithImm, ImmData: wqe.WR.ImmData}
+	p.CompleteRecv(rc, &wc, wqe.WR.Flags&verbs.SendSolicited != 0)
+	return engine.ResultOK
+}
+
+// rnr handles a send that found no receive buffer: with rnr_retry 7 it waits
+// for the peer to post one; otherwise it retries after the peer's
+// min_rnr_timer until rnr_retry is used up.
+func (w *wire) rnr(q, p *engine.QP, wqe *engine.WQE) engine.Result {
+	retry := q.Attr().RnrRetry
+	if retry == 7 {
+		return engine.ResultStall
+	}
+	wqe.Retries++
+	if wqe.Retries > int(retry) {
+		return engine.Fail(verbs.WCRnrRetryExcErr)
+	}
+	time.AfterFunc(RNRDelay(p.Attr().MinRnrTimer), q.Kick)
+	return engine.ResultStall
+}
+
+// rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
+var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+
+// RNRDelay returns the delay a min_rnr_timer code stands for.
+func RNRDelay(code uint8) time.Duration {
+	return time.Duration(rnrMicros[code&31]) * time.Microsecond
+}
+
+// GRHLen is the size of the Global Routing Header at the start of every UD receive buffer.
+const GRHLen = 40
+
+func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
+	wr := &wqe.WR
+	ah := wr.AH.Driver().(*engine.AH)
+	if int(wqe.Len) > q.Device().Port().ActiveMTU.Bytes() { // a datagram is one packet
+		return engine.Fail(verbs.WCLocLenErr)
+	}
+	var st verbs.WCStatus
+	if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
+		return engine.Fail(st)
+	}
+	dev := route(&ah.Attr)
+	if dev == nil {
+		return engine.ResultOK // no such destination: the datagram is lost
+	}
+	p := dev.LookupQP(wr.RemoteQPN)
+	if p == nil || p.Type() != verbs.QPTUD || !p.CanReceive() {
+		return engine.ResultOK
+	}
+	qkey := wr.RemoteQKey
+	if qkey&0x8000_0000 != 0 { // a "controlled" Q_Key: use the sender QP's own
+		qkey = q.Attr().QKey
+	}
+	if p.Attr().QKey != qkey {
+		return engine.ResultOK // Q_Key violation: silently dropped
+	}
+	p.LockRx()
+	defer p.UnlockRx()
+	rc, ok := p.TakeRecv()
+	if !ok {
+		return engine.ResultOK // no receive buffer: dropped (UD has no RNR)
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: q.Num(), ByteLen: GRHLen + wqe.Len, Flags: verbs.WCFlagGRH}
+	if w.dst, st = p.RecvSegments(rc, w.dst[:0]); st != verbs.WCSuccess {
+		wc.Status = st
+		p.CompleteRecv(rc, &wc, false)
+		return engine.ResultOK
+	}
+	if engine.TotalLen(w.dst) < GRHLen+int(wqe.Len) {
+		wc.Status = verbs.WCLocLenErr
+		p.CompleteRecv(rc, &wc, false)
+		return engine.ResultOK
+	}
+	var grh [GRHLen]byte
+	buildGRH(&grh, &ah.Attr.GRH, q.Device().GIDOf(), dev.GIDOf(), wqe.Len)
+	engine.CopyInto(w.dst, 0, grh[:])
+	off := GRHLen
+	for _, s := range w.src {
+		off += engine.CopyInto(w.dst, off, s)
+	}
+	if wr.Opcode == verbs.WRSendWithImm {
+		wc.Flags |= verbs.WCFlagWithImm
+		wc.ImmData = wr.ImmData
+	}
+	p.CompleteRecv(rc, &wc, wr.Flags&verbs.SendSolicited != 0)
+	return engine.ResultOK
+}
+
+// buildGRH writes the IPv6-format Global Routing Header of a datagram
+// (IBA 8.3): version 6, traffic class, flow label, payload length, next
+// header 0x1B (BTH), hop limit, source and destination GIDs.
+func buildGRH(h *[GRHLen]byte, r *verbs.GlobalRoute, sgid, dgid verbs.GID, n uint32) {
+	binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(r.TrafficClass)<<20|r.FlowLabel&0xFFFFF)
+	binary.BigEndian.PutUint16(h[4:], uint16(n+12+8+4)) // BTH + DETH + ICRC follow the GRH on the wire
+	h[6] = 0x1B
+	h[7] = r.HopLimit
+	if h[7] == 0 {
+		h[7] = 64
+	}
+	copy(h[8:24], sgid[:])
+	copy(h[24:40], dgid[:])
+}
