@@ -159,9 +159,9 @@ type QPInitAttr struct {
 	RecvCQ *CQ
 	// SRQ, when set, makes the QP take its receive buffers from the shared
 	// receive queue; its own receive queue is not used and PostRecv on it fails.
-	SRQ     *SRQ
-	Cap     QPCap
-	QPType  QPType
+	SRQ      *SRQ
+	Cap      QPCap
+	QPType   QPType
 	SQSigAll bool // every send WR generates a completion, signaled or not
 	// UserData is an opaque value the application can read back with QP.UserData.
 	UserData any
@@ -178,13 +178,13 @@ type GlobalRoute struct {
 
 // AHAttr is an address vector (struct ibv_ah_attr).
 type AHAttr struct {
-	GRH          GlobalRoute
-	DLID         uint16
-	SL           uint8
-	SrcPathBits  uint8
-	StaticRate   uint8
-	IsGlobal     bool
-	PortNum      uint8
+	GRH         GlobalRoute
+	DLID        uint16
+	SL          uint8
+	SrcPathBits uint8
+	StaticRate  uint8
+	IsGlobal    bool
+	PortNum     uint8
 }
 
 // QPAttr holds the attributes Modify sets and Query reports (struct ibv_qp_attr).
