@@ -54,10 +54,7 @@ func (q *QP) ResolveRemote(rkey uint32, addr uint64, n uint32, need verbs.Access
 	if n == 0 {
 		return nil, FaultNone
 	}
-	q.mu.Lock()
-	qacc := q.attr.QPAccessFlags
-	q.mu.Unlock()
-	if qacc&need != need {
+	if qacc := verbs.AccessFlags(q.aaccess.Load()); qacc&need != need {
 		return nil, FaultAccess
 	}
 	b, _, f := q.dev.resolve(rkey, q.pd, addr, n, need)

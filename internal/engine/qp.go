@@ -98,7 +98,16 @@ type QP struct {
 	state     verbs.QPState
 	attr      verbs.QPAttr
 	sq        sendQueue
-	rq        recvQueue // unused with an SRQ
+	rqMu      sync.Mutex // guards rq; taken after mu when both are held
+	rq        recvQueue  // unused with an SRQ
+
+	// Lock-free copies of what the data path reads on every message; they
+	// change only with mu held.
+	astate  atomic.Uint32
+	adest   atomic.Uint32
+	aaccess atomic.Uint32
+	aird    atomic.Uint32
+	dead    atomic.Bool
 	txActive  bool
 	stalled   atomic.Bool
 	kicks     uint64 // Kick calls, to catch a kick racing a stall
@@ -201,11 +210,17 @@ func (q *QP) SetWire(w Wire) {
 }
 
 // State returns the current state.
-func (q *QP) State() verbs.QPState {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.state
+func (q *QP) State() verbs.QPState { return verbs.QPState(q.astate.Load()) }
+
+// setState changes the state; q.mu (and, for ERR, q.rqMu) is held.
+func (q *QP) setState(s verbs.QPState) {
+	q.state = s
+	q.astate.Store(uint32(s))
 }
+
+// IRD returns max_dest_rd_atomic: how many RDMA reads and atomics the QP
+// accepts outstanding as a responder.
+func (q *QP) IRD() int { return int(q.aird.Load()) }
 
 // Attr returns the current attributes.
 func (q *QP) Attr() verbs.QPAttr {
@@ -514,7 +529,12 @@ func (q *QP) fail(ev *verbs.EventType) {
 // enterErr moves the QP to ERR: every request not being transmitted now
 // completes with WR_FLUSH_ERR, and so does every posted receive; q.mu is held.
 func (q *QP) enterErr() {
-	q.state = verbs.QPSErr
+	q.rqMu.Lock()
+	q.setState(verbs.QPSErr) // under rqMu too, so that PostRecv sees ERR or gets flushed here
+	if q.srq == nil {
+		q.flushRecv()
+	}
+	q.rqMu.Unlock()
 	q.stalled.Store(false)
 	q.draining = false
 	for i := q.sq.head; i != q.sq.tail; i++ {
@@ -530,9 +550,7 @@ func (q *QP) enterErr() {
 	}
 	q.sq.next = q.sq.tail
 	q.retire()
-	if q.srq == nil {
-		q.flushRecv()
-	} else {
+	if q.srq != nil {
 		q.ctx.raise(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: q.v})
 	}
 	q.wire.Shutdown(q, false)
@@ -546,21 +564,23 @@ func (q *QP) flushRecv() {
 	}
 }
 
-// PostRecv implements verbs.QPDriver.
+// PostRecv implements verbs.QPDriver. It takes only the receive-queue lock,
+// so posting receives never waits for a transmitting sender.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 	if q.srq != nil {
 		return &verbs.PostError{Index: 0, Err: fmt.Errorf("%w: the QP uses an SRQ", verbs.ErrInvalid)}
 	}
 	var perr error
 	posted := false
-	q.mu.Lock()
+	q.rqMu.Lock()
+	state := q.State()
 	for i := range wrs {
 		wr := &wrs[i]
 		var err error
 		switch {
-		case q.destroyed:
+		case q.dead.Load():
 			err = verbs.ErrClosed
-		case q.state == verbs.QPSReset:
+		case state == verbs.QPSReset:
 			err = fmt.Errorf("%w: receive posted to a QP in RESET", verbs.ErrInvalidState)
 		case len(wr.SGList) > q.cap.MaxRecvSGE:
 			err = fmt.Errorf("%w: %d SGEs, max_recv_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxRecvSGE)
@@ -577,14 +597,13 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 		q.rq.tail++
 		posted = true
 	}
-	if q.state == verbs.QPSErr {
+	if state == verbs.QPSErr {
 		q.flushRecv()
 		posted = false
 	}
-	w := q.wire
-	q.mu.Unlock()
+	q.rqMu.Unlock()
 	if posted {
-		w.RecvPosted(q)
+		q.wire.RecvPosted(q)
 	}
 	return perr
 }
@@ -597,14 +616,11 @@ func (q *QP) LockRx() { q.rxMu.Lock() }
 func (q *QP) UnlockRx() { q.rxMu.Unlock() }
 
 // CanReceive reports whether the QP accepts incoming messages (RTR, RTS, SQD, SQE).
-func (q *QP) CanReceive() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.canReceive()
-}
+func (q *QP) CanReceive() bool { return q.canReceive() }
 
 func (q *QP) canReceive() bool {
-	return !q.destroyed && q.state >= verbs.QPSRTR && q.state <= verbs.QPSSQE
+	st := q.State()
+	return !q.dead.Load() && st >= verbs.QPSRTR && st <= verbs.QPSSQE
 }
 
 // TakeRecv takes the oldest posted receive (from the SRQ when the QP has
@@ -614,8 +630,8 @@ func (q *QP) TakeRecv() (*RecvCtx, bool) {
 	if q.srq != nil {
 		return &q.rx, q.srq.take(&q.rx)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
 	if q.rq.head == q.rq.tail {
 		return nil, false
 	}
@@ -674,13 +690,13 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		}
 	case verbs.QPSSQD:
 		if from != verbs.QPSSQD {
-			q.state = to
+			q.setState(to)
 			q.draining = true
 			q.attr.SQDraining = true
 			q.retire() // reports "drained" at once when nothing is in flight
 		}
 	default:
-		q.state = to
+		q.setState(to)
 	}
 	q.mu.Unlock()
 	if to == verbs.QPSRTS {
@@ -696,6 +712,7 @@ func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
 	}
 	if m&verbs.QPAttrAccessFlags != 0 {
 		t.QPAccessFlags = a.QPAccessFlags
+		q.aaccess.Store(uint32(a.QPAccessFlags))
 	}
 	if m&verbs.QPAttrPKeyIndex != 0 {
 		t.PKeyIndex = a.PKeyIndex
@@ -738,15 +755,17 @@ func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
 	}
 	if m&verbs.QPAttrMaxDestRdAtomic != 0 {
 		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+		q.aird.Store(uint32(a.MaxDestRdAtomic))
 	}
 	if m&verbs.QPAttrDestQPN != 0 {
 		t.DestQPNum = a.DestQPNum
+		q.adest.Store(a.DestQPNum)
 	}
 }
 
 // reset discards all work without completions; q.mu is held.
 func (q *QP) reset() {
-	q.state = verbs.QPSReset
+	q.setState(verbs.QPSReset)
 	q.stalled.Store(false)
 	q.draining = false
 	q.rdOut = 0
@@ -755,8 +774,13 @@ func (q *QP) reset() {
 		w.state, w.Data = wqeDone, nil
 	}
 	q.sq.head, q.sq.next = q.sq.tail, q.sq.tail
+	q.rqMu.Lock()
 	q.rq.head = q.rq.tail
+	q.rqMu.Unlock()
 	q.attr = verbs.QPAttr{}
+	q.adest.Store(0)
+	q.aaccess.Store(0)
+	q.aird.Store(0)
 	q.wire.Shutdown(q, false)
 }
 
@@ -782,6 +806,7 @@ func (q *QP) Destroy() error {
 	}
 	q.reset()
 	q.destroyed = true
+	q.dead.Store(true)
 	q.wire.Shutdown(q, true)
 	q.mu.Unlock()
 	q.dev.removeQP(q)
@@ -807,7 +832,5 @@ func (noWire) Shutdown(*QP, bool)        {}
 // ConnectedTo reports whether the QP can receive from the QP numbered n: it
 // is in RTR, RTS or SQD and, for RC, its destination is n.
 func (q *QP) ConnectedTo(n uint32) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.canReceive() && (q.typ != verbs.QPTRC || q.attr.DestQPNum == n)
+	return q.canReceive() && (q.typ != verbs.QPTRC || q.adest.Load() == n)
 }

@@ -163,7 +163,14 @@ func (w *wire) RecvPosted(q *engine.QP) {
 	if q.Type() != verbs.QPTRC {
 		return
 	}
-	if p := w.peerQP(q); p != nil && p.Stalled() {
+	// Only a stalled peer needs the news; the cached peer is enough to ask.
+	w.mu.Lock()
+	p := w.peer
+	w.mu.Unlock()
+	if p == nil {
+		p = w.peerQP(q)
+	}
+	if p != nil && p.Stalled() {
 		p.Kick()
 	}
 }
@@ -222,7 +229,7 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 		}
 		return engine.ResultOK
 	case verbs.WRRDMARead:
-		if p.Attr().MaxDestRdAtomic == 0 {
+		if p.IRD() == 0 {
 			p.Fatal(verbs.EventQPReqErr)
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
@@ -238,7 +245,7 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 		engine.CopyInto(w.dst, 0, src)
 		return engine.ResultOK
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		if p.Attr().MaxDestRdAtomic == 0 {
+		if p.IRD() == 0 {
 			p.Fatal(verbs.EventQPReqErr)
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
