@@ -209,7 +209,7 @@ var wcOpcodeSendNames = [...]string{
 }
 
 var wcOpcodeRecvNames = [...]string{
-	WCRecv - WCRecv:            "RECV",
+	0:                          "RECV",
 	WCRecvRDMAWithImm - WCRecv: "RECV_RDMA_WITH_IMM",
 }
 

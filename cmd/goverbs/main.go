@@ -1,0 +1,52 @@
+// Command goverbs is goverbs' tool: it lists RDMA devices and runs a
+// loopback demonstration with a benchmark.
+//
+//	goverbs devices [-v]     list devices (like ibv_devices; -v like ibv_devinfo)
+//	goverbs demo [-n ITERS]  loopback demo and benchmark over the loop provider
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "devices":
+		err = devices(os.Args[2:])
+	case "demo":
+		err = demo(os.Args[2:])
+	case "-h", "-help", "--help", "help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "goverbs: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: goverbs COMMAND [flags]
+
+commands:
+  devices [-v]      list RDMA devices (-v: attributes and ports, like ibv_devinfo)
+  demo [-n ITERS]   loopback demo (SEND/RECV, RDMA WRITE/READ, atomics, error
+                    handling) and a benchmark table, over the in-process loop provider
+`)
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("goverbs "+name, flag.ContinueOnError)
+	return fs
+}
