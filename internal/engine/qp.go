@@ -92,6 +92,7 @@ type QP struct {
 	srq    *SRQ
 	cap    verbs.QPCap
 	sigAll bool
+	deny   atomic.Uint32 // Restrict: opcodes (as 1<<op) the connected peer cannot execute
 	wire   Wire
 
 	mu        sync.Mutex
@@ -279,6 +280,9 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 		return fmt.Errorf("%w: %v", verbs.ErrNotSupported, op)
 	default:
 		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, op)
+	}
+	if q.deny.Load()&(1<<op) != 0 { // op < 10 here
+		return fmt.Errorf("%w: %v: the connected peer does not implement it", verbs.ErrNotSupported, op)
 	}
 	if q.typ == verbs.QPTUD {
 		if wr.AH == nil {
@@ -833,4 +837,57 @@ func (noWire) Shutdown(*QP, bool)        {}
 // is in RTR, RTS or SQD and, for RC, its destination is n.
 func (q *QP) ConnectedTo(n uint32) bool {
 	return q.canReceive() && (q.typ != verbs.QPTRC || q.adest.Load() == n)
+}
+
+// Restrict makes PostSend refuse ops with ErrNotSupported: a wire calls it
+// when the connected peer cannot execute them (an iWARP peer without the
+// RFC 7306 extensions gets no immediate data and no atomics).
+func (q *QP) Restrict(ops ...verbs.WROpcode) {
+	var m uint32
+	for _, op := range ops {
+		m |= 1 << op
+	}
+	q.deny.Store(m)
+}
+
+// Establish moves a QP in RESET or INIT to RTS on a connection made by a
+// connection manager: w carries its traffic, ird and ord are the negotiated
+// inbound and outbound RDMA read/atomic depths. Receives posted before
+// remain posted; sends posted later go out on w.
+func (q *QP) Establish(w Wire, ird, ord uint8) error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	if q.state != verbs.QPSReset && q.state != verbs.QPSInit {
+		st := q.state
+		q.mu.Unlock()
+		return fmt.Errorf("%w: QP in %v cannot be connected (RESET or INIT needed)", verbs.ErrInvalidState, st)
+	}
+	if q.state == verbs.QPSReset {
+		q.attr.PortNum = 1
+	}
+	q.wire = w
+	q.attr.MaxDestRdAtomic, q.attr.MaxRdAtomic = ird, ord
+	q.aird.Store(uint32(ird))
+	q.setState(verbs.QPSRTS)
+	q.mu.Unlock()
+	q.progress()
+	return nil
+}
+
+// Ready moves a QP in RESET to INIT with the given access flags, as
+// rdma_create_qp does for a QP that a connection manager will connect.
+func (q *QP) Ready(access verbs.AccessFlags) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != verbs.QPSReset {
+		return fmt.Errorf("%w: QP in %v", verbs.ErrInvalidState, q.state)
+	}
+	q.attr.PortNum = 1
+	q.attr.QPAccessFlags = access
+	q.aaccess.Store(uint32(access))
+	q.setState(verbs.QPSInit)
+	return nil
 }
