@@ -1,0 +1,127 @@
+// Package cm is the contract between package rdmacm and the providers that
+// make connections (iwarp over TCP, shm over a Unix socket): rdmacm's
+// Listen / Dial / Accept / Reject / Disconnect code is written once against
+// these interfaces, and each provider registers a Transport for its address
+// scheme.
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Params are the connection parameters of rdma_conn_param that a transport carries.
+type Params struct {
+	PrivateData []byte
+	// IRD (responder_resources): RDMA reads/atomics this side accepts outstanding.
+	IRD int
+	// ORD (initiator_depth): RDMA reads/atomics this side issues outstanding.
+	ORD int
+}
+
+// Transport is a provider's connection manager.
+type Transport interface {
+	// Name is the address scheme ("tcp", "unix").
+	Name() string
+	// DeviceName is the verbs device whose QPs the transport connects.
+	DeviceName() string
+	// Listen starts accepting connection requests at addr.
+	Listen(addr string) (Listener, error)
+	// Dial connects qp (on the transport's device, in RESET or INIT) to the
+	// listener at addr. On success the QP is in RTS. A rejection returns a
+	// *RejectedError; no answer in time returns an error wrapping ErrUnreachable.
+	Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (Conn, error)
+	// MaxPrivateData is the largest private data the transport carries.
+	MaxPrivateData() int
+}
+
+// Listener yields connection requests.
+type Listener interface {
+	// Next waits for the next valid connection request.
+	Next(ctx context.Context) (Request, error)
+	Addr() net.Addr
+	Close() error
+}
+
+// Request is a connection request not yet answered.
+type Request interface {
+	PrivateData() []byte
+	// IRD and ORD are the peer's values (its responder resources and initiator depth).
+	IRD() int
+	ORD() int
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+	// Accept connects qp to the requester; the QP is in RTS on success.
+	Accept(qp *verbs.QP, p Params) (Conn, error)
+	// Reject refuses the request, sending private data to the requester.
+	Reject(privateData []byte) error
+}
+
+// Conn is an established connection.
+type Conn interface {
+	// PrivateData is what the peer sent with its reply (for the active side)
+	// or request (for the passive side).
+	PrivateData() []byte
+	// IRD and ORD are the negotiated local values.
+	IRD() int
+	ORD() int
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+	// Done is closed when the connection ends, for any reason; Err then says why.
+	Done() <-chan struct{}
+	Err() error
+	// Disconnect ends the connection: the QP goes to ERR and its outstanding
+	// work is flushed, on both sides.
+	Disconnect() error
+}
+
+// Errors of the connection setup.
+var (
+	ErrUnreachable = errors.New("cm: peer unreachable")
+	ErrRejected    = errors.New("cm: connection rejected")
+	ErrClosed      = errors.New("cm: closed")
+)
+
+// RejectedError is returned by Dial when the peer rejected the request.
+type RejectedError struct {
+	PrivateData []byte
+	Reason      string
+}
+
+func (e *RejectedError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("cm: connection rejected: %s", e.Reason)
+	}
+	return "cm: connection rejected by the peer"
+}
+
+// Unwrap lets errors.Is(err, ErrRejected) hold.
+func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+var registry struct {
+	sync.Mutex
+	ts map[string]Transport
+}
+
+// Register makes a transport available under its Name.
+func Register(t Transport) {
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.ts == nil {
+		registry.ts = map[string]Transport{}
+	}
+	registry.ts[t.Name()] = t
+}
+
+// Lookup returns the transport for a scheme.
+func Lookup(scheme string) (Transport, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	t, ok := registry.ts[scheme]
+	return t, ok
+}
