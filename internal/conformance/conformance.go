@@ -99,6 +99,7 @@ type Side struct {
 	QP     *verbs.QP
 	Buf    []byte
 	MR     *verbs.MR
+	SRQ    *verbs.SRQ // with PairOpts.SRQ
 }
 
 // PairOpts shapes a pair made by NewPair.
@@ -145,7 +146,7 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 			t.Fatalf("CreateSRQ: %v", err)
 		}
 		ia.SRQ = srq
-		t.Cleanup(func() { srq.Destroy() })
+		s.SRQ = srq
 	}
 	if s.QP, err = s.PD.CreateQP(ia); err != nil {
 		t.Fatalf("CreateQP: %v", err)
@@ -170,6 +171,9 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 func (s *Side) Close() {
 	if s.QP != nil {
 		s.QP.Destroy()
+	}
+	if s.SRQ != nil {
+		s.SRQ.Destroy()
 	}
 	if s.MR != nil {
 		s.MR.Dereg()

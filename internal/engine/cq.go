@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -81,6 +82,13 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 			cq.signal(wc.Status != verbs.WCSuccess || solicited)
 			return true
 		case seq < pos:
+			// The slot still holds the completion of the previous lap. When
+			// a poller has already taken it (head is past it) and is copying
+			// it out, it is about to be free: the CQ is not full.
+			if cq.head.Load()+cq.mask+1 > pos {
+				runtime.Gosched()
+				continue
+			}
 			if !cq.overflow.Swap(true) {
 				cq.ctx.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq.v})
 			}

@@ -41,6 +41,10 @@ type sendQueue struct {
 	ring             []WQE
 	mask             uint64
 	head, next, tail uint64 // retire, transmit, post positions
+	// sent is one past the last request ever handed to Transmit. A request
+	// below it that is queued again (RNR stall) has begun: SQD still
+	// finishes it, and the queue is not drained before it is done.
+	sent uint64
 }
 
 type rqe struct {
@@ -95,24 +99,24 @@ type QP struct {
 	deny   atomic.Uint32 // Restrict: opcodes (as 1<<op) the connected peer cannot execute
 	wire   Wire
 
-	mu        sync.Mutex
-	state     verbs.QPState
-	attr      verbs.QPAttr
-	sq        sendQueue
-	rqMu      sync.Mutex // guards rq; taken after mu when both are held
-	rq        recvQueue  // unused with an SRQ
+	mu    sync.Mutex
+	state verbs.QPState
+	attr  verbs.QPAttr
+	sq    sendQueue
+	rqMu  sync.Mutex // guards rq; taken after mu when both are held
+	rq    recvQueue  // unused with an SRQ
 
 	// Lock-free copies of what the data path reads on every message; they
 	// change only with mu held.
-	astate  atomic.Uint32
-	adest   atomic.Uint32
-	aaccess atomic.Uint32
-	aird    atomic.Uint32
-	dead    atomic.Bool
+	astate    atomic.Uint32
+	adest     atomic.Uint32
+	aaccess   atomic.Uint32
+	aird      atomic.Uint32
+	dead      atomic.Bool
 	txActive  bool
 	stalled   atomic.Bool
-	kicks     uint64 // Kick calls, to catch a kick racing a stall
-	rdOut     int    // outstanding RDMA reads and atomics (ORD accounting)
+	kicks     atomic.Uint64 // Kick calls, to catch a kick racing a stall
+	rdOut     int           // outstanding RDMA reads and atomics (ORD accounting)
 	draining  bool
 	destroyed bool
 
@@ -249,6 +253,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 
 // postSend checks and queues one request; q.mu is held.
 func (q *QP) postSend(wr *verbs.SendWR) error {
+	if q.destroyed {
+		return verbs.ErrClosed
+	}
 	switch q.state {
 	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSErr:
 	case verbs.QPSSQE:
@@ -257,9 +264,6 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 		}
 	default:
 		return fmt.Errorf("%w: send posted to a QP in %v (needs RTS)", verbs.ErrInvalidState, q.state)
-	}
-	if q.destroyed {
-		return verbs.ErrClosed
 	}
 	if q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) {
 		return fmt.Errorf("%w: send queue holds %d requests (max_send_wr)", verbs.ErrQueueFull, q.cap.MaxSendWR)
@@ -373,7 +377,7 @@ func (q *QP) progress() {
 			break
 		}
 		w.state = wqeTx
-		seq, kicks := w.seq, q.kicks
+		seq, kicks := w.seq, q.kicks.Load()
 		q.mu.Unlock()
 		res := q.wire.Transmit(q, w)
 		q.mu.Lock()
@@ -390,9 +394,16 @@ func isRdAtomic(op verbs.WROpcode) bool {
 }
 
 // nextTx returns the next request to transmit, honouring the state, RNR
-// stalls, fences and the ORD limit; q.mu is held.
+// stalls, fences and the ORD limit; q.mu is held. In SQD only a request
+// that has begun (one an RNR sent back to the queue) goes on.
 func (q *QP) nextTx() *WQE {
-	if (q.state != verbs.QPSRTS && !(q.state == verbs.QPSSQE && q.typ == verbs.QPTUD)) || q.stalled.Load() || q.sq.next == q.sq.tail {
+	if q.stalled.Load() || q.sq.next == q.sq.tail {
+		return nil
+	}
+	switch {
+	case q.state == verbs.QPSRTS, q.state == verbs.QPSSQE && q.typ == verbs.QPTUD:
+	case q.state == verbs.QPSSQD && q.sq.next < q.sq.sent:
+	default:
 		return nil
 	}
 	w := &q.sq.ring[q.sq.next&q.sq.mask]
@@ -403,6 +414,7 @@ func (q *QP) nextTx() *WQE {
 		return nil // ORD reached: wait for a read or atomic to complete
 	}
 	q.sq.next++
+	q.sq.sent = max(q.sq.sent, q.sq.next)
 	return w
 }
 
@@ -434,8 +446,12 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 		}
 		w.state = wqeQueued
 		q.sq.next = seq
-		if q.kicks == kicks { // no Kick came while Transmit ran: wait for one
-			q.stalled.Store(true)
+		// Wait for a Kick, unless one came while Transmit ran. Kick is
+		// lock-free (kicks, then stalled), so stalled is set before kicks is
+		// read: a Kick that misses the change of kicks finds stalled set.
+		q.stalled.Store(true)
+		if q.kicks.Load() != kicks {
+			q.stalled.Store(false)
 		}
 	}
 }
@@ -464,7 +480,8 @@ func (q *QP) retire() {
 	if q.sq.next < q.sq.head {
 		q.sq.next = q.sq.head
 	}
-	if q.draining && q.sq.head == q.sq.next {
+	q.sq.sent = max(q.sq.sent, q.sq.next)
+	if q.draining && q.sq.head == q.sq.next && q.sq.next == q.sq.sent {
 		q.draining = false
 		q.attr.SQDraining = false
 		if q.attr.EnSQDAsyncNotify {
@@ -496,12 +513,10 @@ func (q *QP) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
 }
 
 // Kick resumes a send queue stalled by Transmit (the responder posted a receive, an RNR timer expired).
+// It takes no lock, so a wire may call it for every receive posted.
 func (q *QP) Kick() {
-	q.mu.Lock()
-	q.kicks++
-	was := q.stalled.Swap(false)
-	q.mu.Unlock()
-	if was {
+	q.kicks.Add(1)
+	if q.stalled.Swap(false) {
 		q.progress()
 	}
 }
@@ -697,7 +712,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			q.setState(to)
 			q.draining = true
 			q.attr.SQDraining = true
-			q.retire() // reports "drained" at once when nothing is in flight
+			q.retire() // reports "drained" at once when nothing has begun and is not finished
 		}
 	default:
 		q.setState(to)
@@ -777,7 +792,7 @@ func (q *QP) reset() {
 		w := &q.sq.ring[i&q.sq.mask]
 		w.state, w.Data = wqeDone, nil
 	}
-	q.sq.head, q.sq.next = q.sq.tail, q.sq.tail
+	q.sq.head, q.sq.next, q.sq.sent = q.sq.tail, q.sq.tail, q.sq.tail
 	q.rqMu.Lock()
 	q.rq.head = q.rq.tail
 	q.rqMu.Unlock()

@@ -163,14 +163,16 @@ func (w *wire) RecvPosted(q *engine.QP) {
 	if q.Type() != verbs.QPTRC {
 		return
 	}
-	// Only a stalled peer needs the news; the cached peer is enough to ask.
+	// The cached peer is enough to ask. It is kicked even when it does not
+	// look stalled: it may be deciding to stall for want of this very
+	// receive, and a Kick (lock-free) is what that decision checks for.
 	w.mu.Lock()
 	p := w.peer
 	w.mu.Unlock()
 	if p == nil {
 		p = w.peerQP(q)
 	}
-	if p != nil && p.Stalled() {
+	if p != nil {
 		p.Kick()
 	}
 }
@@ -404,7 +406,7 @@ func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
 		return engine.ResultOK
 	}
 	var grh [GRHLen]byte
-	buildGRH(&grh, &ah.Attr.GRH, q.Device().GIDOf(), dev.GIDOf(), wqe.Len)
+	buildGRH(&grh, &ah.Attr.GRH, q.Device().GIDOf(), dev.GIDOf(), wqe.Len, wr.Opcode == verbs.WRSendWithImm)
 	engine.CopyInto(w.dst, 0, grh[:])
 	off := GRHLen
 	for _, s := range w.src {
@@ -420,10 +422,16 @@ func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
 
 // buildGRH writes the IPv6-format Global Routing Header of a datagram
 // (IBA 8.3): version 6, traffic class, flow label, payload length, next
-// header 0x1B (BTH), hop limit, source and destination GIDs.
-func buildGRH(h *[GRHLen]byte, r *verbs.GlobalRoute, sgid, dgid verbs.GID, n uint32) {
+// header 0x1B (BTH), hop limit, source and destination GIDs. The payload
+// length counts what follows the GRH on the wire up to the ICRC: BTH, DETH,
+// ImmDt (imm), the n payload bytes padded to a multiple of 4, and the ICRC.
+func buildGRH(h *[GRHLen]byte, r *verbs.GlobalRoute, sgid, dgid verbs.GID, n uint32, imm bool) {
 	binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(r.TrafficClass)<<20|r.FlowLabel&0xFFFFF)
-	binary.BigEndian.PutUint16(h[4:], uint16(n+12+8+4)) // BTH + DETH + ICRC follow the GRH on the wire
+	pay := 12 + 8 + (n+3)&^3 + 4
+	if imm {
+		pay += 4
+	}
+	binary.BigEndian.PutUint16(h[4:], uint16(pay))
 	h[6] = 0x1B
 	h[7] = r.HopLimit
 	if h[7] == 0 {
