@@ -1,0 +1,463 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/wire"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// transport is the provider's connection manager, registered with package
+// cm under the scheme "tcp".
+type transport struct{}
+
+func (transport) Name() string        { return "tcp" }
+func (transport) DeviceName() string  { return DeviceName }
+func (transport) MaxPrivateData() int { return wire.SiwMaxULPPrivate }
+
+func (transport) Listen(addr string) (cm.Listener, error) { return Listen(addr) }
+
+func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := Dial(ctx, addr, qp, p)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// engineQP returns the engine QP of a verbs QP of this provider.
+func engineQP(qp *verbs.QP) (*engine.QP, error) {
+	q, ok := qp.Driver().(*engine.QP)
+	if !ok || q.Device() != dev {
+		return nil, fmt.Errorf("%w: QP is not on device %s", verbs.ErrInvalid, DeviceName)
+	}
+	if q.Type() != verbs.QPTRC {
+		return nil, fmt.Errorf("%w: iWARP connects RC QPs only", verbs.ErrInvalid)
+	}
+	return q, nil
+}
+
+func clampIRDORD(v int) int {
+	switch {
+	case v < 0:
+		return 0
+	case v > maxIRDORD:
+		return maxIRDORD
+	}
+	return v
+}
+
+// Conn is an established iWARP connection of one QP.
+type Conn struct{ c *conn }
+
+// PrivateData returns the private data of the peer's MPA Request or Reply.
+func (x *Conn) PrivateData() []byte { return x.c.pdata }
+
+// IRD returns the negotiated inbound read depth.
+func (x *Conn) IRD() int { return x.c.ird }
+
+// ORD returns the negotiated outbound read depth.
+func (x *Conn) ORD() int { return x.c.ord }
+
+// CRC reports whether FPDUs carry CRC32C.
+func (x *Conn) CRC() bool { return x.c.crc }
+
+// Extensions reports whether the peer speaks the RFC 7306 extensions (a goverbs peer).
+func (x *Conn) Extensions() bool { return x.c.ext }
+
+// LocalAddr returns the local TCP address.
+func (x *Conn) LocalAddr() net.Addr { return x.c.nc.LocalAddr() }
+
+// RemoteAddr returns the peer's TCP address.
+func (x *Conn) RemoteAddr() net.Addr { return x.c.nc.RemoteAddr() }
+
+// Done is closed when the connection has ended and its goroutines are gone.
+func (x *Conn) Done() <-chan struct{} { return x.c.done }
+
+// Err says why the connection ended (after Done).
+func (x *Conn) Err() error {
+	select {
+	case <-x.c.dying:
+		return x.c.err
+	default:
+		return nil
+	}
+}
+
+// Disconnect ends the connection (rdma_disconnect): the TCP connection is
+// closed and the QP goes to ERR, flushing its outstanding work; the peer sees
+// the connection end and is flushed too.
+func (x *Conn) Disconnect() error {
+	x.c.fail(ErrLocalDisconnect, nil, nil)
+	<-x.c.done
+	return nil
+}
+
+// Dial connects qp, an RC QP of device iwarp0 in RESET or INIT, to the
+// iWARP listener at addr (host:port) with an MPA Request carrying p. A
+// rejection returns a *cm.RejectedError with the peer's private data; a
+// refused TCP connection is a rejection too (as rdma_cm reports it); no
+// answer within DefaultConfig.ConnectTimeout or ctx's deadline is
+// cm.ErrUnreachable.
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, error) {
+	q, err := engineQP(qp)
+	if err != nil {
+		return nil, err
+	}
+	cfg := DefaultConfig
+	if len(p.PrivateData) > wire.SiwMaxULPPrivate {
+		return nil, fmt.Errorf("%w: %d bytes of private data (at most %d)", verbs.ErrInvalid, len(p.PrivateData), wire.SiwMaxULPPrivate)
+	}
+	if st := q.State(); st != verbs.QPSReset && st != verbs.QPSInit {
+		return nil, fmt.Errorf("%w: QP in %v", verbs.ErrInvalidState, st)
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, &cm.RejectedError{Reason: "connection refused"}
+		}
+		return nil, fmt.Errorf("%w: %v", cm.ErrUnreachable, err)
+	}
+	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
+	req, err := wire.NewRequest(local)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
+	}
+	if cfg.Extensions {
+		req.Reserved = extRequestBit
+	}
+	fail := func(err error) (*Conn, error) {
+		nc.Close()
+		return nil, err
+	}
+	if dl, ok := dctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	frame, _ := wire.AppendMPA(nil, &req)
+	if _, err := nc.Write(frame); err != nil {
+		return fail(fmt.Errorf("%w: sending the MPA Request: %v", cm.ErrUnreachable, err))
+	}
+	reply, raw, err := readMPA(nc, true)
+	if err != nil {
+		if isTimeout(err) {
+			return fail(fmt.Errorf("%w: no MPA Reply: %v", cm.ErrUnreachable, err))
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return fail(&cm.RejectedError{Reason: "connection closed before the MPA Reply"})
+		}
+		if te := wire.MPATerm(err); te != nil {
+			sendTerm(nc, *te)
+		}
+		return fail(fmt.Errorf("iwarp: bad MPA Reply: %w", err))
+	}
+	if reply.Reject {
+		return fail(&cm.RejectedError{PrivateData: append([]byte(nil), reply.Private...)})
+	}
+	n, err := wire.NegotiateInitiator(req, reply, local)
+	if err != nil {
+		if te := wire.MPATerm(err); te != nil {
+			sendTerm(nc, *te)
+		}
+		return fail(fmt.Errorf("iwarp: MPA negotiation: %w", err))
+	}
+	_ = raw
+	nc.SetDeadline(time.Time{})
+	ext := cfg.Extensions && reply.Reserved&extReplyBit != 0
+	c := newConn(q, nc, n, ext, false, append([]byte(nil), reply.Private...), cfg)
+	if err := establish(q, c, n); err != nil {
+		return fail(err)
+	}
+	return &Conn{c}, nil
+}
+
+func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
+	if !c.ext {
+		q.Restrict(verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd)
+	} else {
+		q.Restrict()
+	}
+	if q.State() == verbs.QPSReset {
+		// rdma_cm's defaults for a connected QP (rdma_init_qp_attr):
+		// remote access is governed by the memory regions.
+		q.Ready(verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+	}
+	c.start()
+	if err := q.Establish(c, uint8(n.IRD), uint8(n.ORD)); err != nil {
+		c.close(err, nil)
+		<-c.done
+		return err
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sendTerm sends a Terminate on a connection that failed during setup.
+func sendTerm(nc net.Conn, cause wire.TermError) {
+	t := wire.TerminateFor(1, cause, nil)
+	b, _ := wire.AppendTerminate(nil, &t)
+	b = wire.FinishFPDU(b, 0, false)
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write(b)
+}
+
+// readMPA reads exactly one MPA frame (so that an FPDU following it stays in
+// the socket for the connection's reader).
+func readMPA(nc net.Conn, wantReply bool) (wire.MPAFrame, []byte, error) {
+	h := make([]byte, wire.MPAHeaderLen, wire.MPAHeaderLen+wire.SiwMaxPrivate)
+	if _, err := io.ReadFull(nc, h); err != nil {
+		return wire.MPAFrame{}, nil, err
+	}
+	reply, _, _, pdLen, err := wire.ParseMPAHeader(h)
+	if err != nil {
+		return wire.MPAFrame{}, h, err
+	}
+	if reply != wantReply {
+		return wire.MPAFrame{}, h, wire.ErrMPAKey
+	}
+	if pdLen > wire.SiwMaxPrivate {
+		return wire.MPAFrame{}, h, wire.ErrMPAPrivateTooLong
+	}
+	h = h[:wire.MPAHeaderLen+pdLen]
+	if _, err := io.ReadFull(nc, h[wire.MPAHeaderLen:]); err != nil {
+		return wire.MPAFrame{}, h, err
+	}
+	f, err := wire.ParseMPA(h)
+	return f, h, err
+}
+
+// Listener accepts iWARP connection requests.
+type Listener struct {
+	ln     net.Listener
+	reqs   chan *Request
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	cfg    Config
+	closed bool
+}
+
+// Listen listens for MPA connection requests on the TCP address addr.
+func Listen(addr string) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{ln: ln, reqs: make(chan *Request), done: make(chan struct{}), cfg: DefaultConfig}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Addr returns the listening address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops listening; requests not yet taken are refused.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.ln.Close()
+	})
+	l.wg.Wait()
+	return nil
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.wg.Add(1)
+		go l.handshake(nc)
+	}
+}
+
+// handshake reads the MPA Request of a new TCP connection within
+// AcceptTimeout and hands valid requests to Next.
+func (l *Listener) handshake(nc net.Conn) {
+	defer l.wg.Done()
+	nc.SetReadDeadline(time.Now().Add(l.cfg.AcceptTimeout))
+	req, _, err := readMPA(nc, false)
+	if err != nil {
+		// A malformed request (markers, a short enhanced block) gets a
+		// rejecting Reply where siw sends one; anything else is dropped.
+		if errors.Is(err, wire.ErrMPAEnhancedShort) || errors.Is(err, wire.ErrMPAMarkers) {
+			if rep, ok := wire.RejectReply(req, nil); ok {
+				b, _ := wire.AppendMPA(nil, &rep)
+				nc.SetWriteDeadline(time.Now().Add(time.Second))
+				nc.Write(b)
+			}
+		}
+		nc.Close()
+		return
+	}
+	if req.Markers {
+		if rep, ok := wire.RejectReply(req, nil); ok {
+			b, _ := wire.AppendMPA(nil, &rep)
+			nc.Write(b)
+		}
+		nc.Close()
+		return
+	}
+	nc.SetReadDeadline(time.Time{})
+	r := &Request{l: l, nc: nc, req: req, pdata: append([]byte(nil), req.Private...)}
+	select {
+	case l.reqs <- r:
+	case <-l.done:
+		r.Reject(nil)
+	}
+}
+
+// Next waits for the next valid connection request.
+func (l *Listener) Next(ctx context.Context) (cm.Request, error) {
+	r, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Accept waits for the next valid connection request.
+func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-l.done:
+		return nil, cm.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Request is an MPA connection request waiting for Accept or Reject.
+type Request struct {
+	l        *Listener
+	nc       net.Conn
+	req      wire.MPAFrame
+	pdata    []byte
+	answered bool
+	mu       sync.Mutex
+}
+
+// PrivateData returns the requester's private data.
+func (r *Request) PrivateData() []byte { return r.pdata }
+
+// IRD returns the requester's IRD (0 for an MPA revision 1 peer).
+func (r *Request) IRD() int { return int(r.req.IRD) }
+
+// ORD returns the requester's ORD.
+func (r *Request) ORD() int { return int(r.req.ORD) }
+
+// LocalAddr returns the local TCP address.
+func (r *Request) LocalAddr() net.Addr { return r.nc.LocalAddr() }
+
+// RemoteAddr returns the requester's TCP address.
+func (r *Request) RemoteAddr() net.Addr { return r.nc.RemoteAddr() }
+
+// Extensions reports whether the requester offered the goverbs extensions.
+func (r *Request) Extensions() bool { return r.req.Reserved&extRequestBit != 0 }
+
+func (r *Request) answer() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered {
+		return fmt.Errorf("%w: request already answered", verbs.ErrInvalidState)
+	}
+	r.answered = true
+	return nil
+}
+
+// Accept connects qp (an RC QP of iwarp0 in RESET or INIT) to the
+// requester with an MPA Reply carrying p. The QP is in RTS when Accept
+// returns; it transmits only after the requester's first FPDU, as MPA requires.
+func (r *Request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := r.AcceptConn(qp, p)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// AcceptConn is Accept returning the concrete type.
+func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
+	q, err := engineQP(qp)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.PrivateData) > wire.SiwMaxPrivate-wire.MPAV2Len {
+		return nil, fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, len(p.PrivateData))
+	}
+	if err := r.answer(); err != nil {
+		return nil, err
+	}
+	cfg := r.l.cfg
+	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
+	reply, n, err := wire.NegotiateResponder(r.req, local)
+	ext := cfg.Extensions && r.Extensions()
+	if ext {
+		reply.Reserved = extReplyBit
+	}
+	b, aerr := wire.AppendMPA(nil, &reply)
+	if err != nil || aerr != nil {
+		if reply.Reject && aerr == nil {
+			r.nc.SetWriteDeadline(time.Now().Add(time.Second))
+			r.nc.Write(b)
+		}
+		r.nc.Close()
+		if err == nil {
+			err = aerr
+		}
+		return nil, fmt.Errorf("iwarp: accept: %w", err)
+	}
+	r.nc.SetWriteDeadline(time.Now().Add(cfg.ConnectTimeout))
+	if _, err := r.nc.Write(b); err != nil {
+		r.nc.Close()
+		return nil, fmt.Errorf("iwarp: sending the MPA Reply: %w", err)
+	}
+	r.nc.SetWriteDeadline(time.Time{})
+	c := newConn(q, r.nc, n, ext, true, r.pdata, cfg)
+	if err := establish(q, c, n); err != nil {
+		return nil, err
+	}
+	return &Conn{c}, nil
+}
+
+// Reject refuses the request with an MPA Reply that has R set and carries
+// privateData, then closes the connection.
+func (r *Request) Reject(privateData []byte) error {
+	if err := r.answer(); err != nil {
+		return err
+	}
+	defer r.nc.Close()
+	rep, ok := wire.RejectReply(r.req, privateData)
+	if !ok {
+		return nil // an MPA revision 0 peer gets no Reply
+	}
+	b, err := wire.AppendMPA(nil, &rep)
+	if err != nil {
+		return fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
+	}
+	r.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, err = r.nc.Write(b)
+	return err
+}

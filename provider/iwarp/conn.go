@@ -1,0 +1,504 @@
+package iwarp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/wire"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+var (
+	errCMOnly = fmt.Errorf("%w: iWARP QPs are connected by the connection manager (rdmacm), not by Modify", verbs.ErrInvalid)
+	// ErrDisconnected reports that the peer closed the connection.
+	ErrDisconnected = errors.New("iwarp: disconnected by the peer")
+	// ErrLocalDisconnect reports that this side disconnected or destroyed the QP.
+	ErrLocalDisconnect = errors.New("iwarp: disconnected")
+	// ErrRemoteTerminate reports a Terminate received from the peer.
+	ErrRemoteTerminate = errors.New("iwarp: terminated by the peer")
+)
+
+// TerminateError is the error of a connection torn down by a Terminate, sent or received.
+type TerminateError struct {
+	Sent  bool
+	Cause wire.TermError
+	Info  string
+}
+
+func (e *TerminateError) Error() string {
+	dir := "received"
+	if e.Sent {
+		dir = "sent"
+	}
+	if e.Info != "" {
+		return fmt.Sprintf("iwarp: Terminate %s: %v (%s)", dir, e.Cause, e.Info)
+	}
+	return fmt.Sprintf("iwarp: Terminate %s: %v", dir, e.Cause)
+}
+
+// Unwrap makes a received Terminate match ErrRemoteTerminate.
+func (e *TerminateError) Unwrap() error {
+	if e.Sent {
+		return nil
+	}
+	return ErrRemoteTerminate
+}
+
+// goverbs flags in the second word of an RFC 7306 immediate.
+const (
+	immSendFollows = 1
+	immAfterWrite  = 2
+)
+
+// extension bits in the MPA flags (reserved bits, see the package doc).
+const (
+	extRequestBit = 0x04
+	extReplyBit   = 0x02
+)
+
+// orqEntry is an outstanding RDMA Read or atomic (the ORQ, bounded by ORD).
+type orqEntry struct {
+	w      *engine.WQE
+	seq    uint64
+	atomic bool
+	sink   [][]byte
+	size   uint32
+	stag   uint32 // the sink STag and TO sent in the Read Request
+	to     uint64
+	got    uint32
+}
+
+// respKind is the kind of a response queued for the transmit goroutine.
+type respKind uint8
+
+const (
+	respRead respKind = iota
+	respAtomic
+)
+
+// resp is an inbound Read or Atomic Request waiting for its response (the IRQ, bounded by IRD).
+type resp struct {
+	kind  respKind
+	src   []byte
+	stag  uint32
+	to    uint64
+	reqID uint32
+	orig  uint64
+}
+
+// conn is a connected QP's wire: its TCP connection and the DDP/RDMAP state.
+type conn struct {
+	q       *engine.QP
+	nc      net.Conn
+	crc     bool
+	ext     bool
+	passive bool
+	ird     int
+	ord     int
+	pdata   []byte
+	maxFPDU int
+
+	// transmit side; txMu serialises whole messages on the stream
+	txMu       sync.Mutex
+	txMSN      [4]uint32 // per queue number: next MSN (starts at 1)
+	hbuf       []byte    // headers and trailers of the message being sent
+	iov        [][]byte
+	segScratch [][]byte
+	nb         net.Buffers
+	txCRC      wire.CRC
+	rxSeen     atomic.Bool // the responder may transmit only after the first FPDU arrived
+
+	// the ORQ: reads and atomics we issued
+	orqMu sync.Mutex
+	orq   []orqEntry
+	reqID uint32
+
+	// the IRQ: requests from the peer waiting for our responses
+	irqMu  sync.Mutex
+	irq    []resp
+	txWake chan struct{}
+
+	rx rxState // the receive goroutine's state
+
+	// lifetime
+	once     sync.Once
+	err      error
+	term     []byte // Terminate to send before closing
+	dying    chan struct{}
+	done     chan struct{}
+	rxDone   chan struct{}
+	lastPeer time.Time
+}
+
+func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
+	c := &conn{
+		q: q, nc: nc, crc: n.CRC, ext: ext, passive: passive, ird: n.IRD, ord: n.ORD, pdata: pdata,
+		txWake: make(chan struct{}, 1), dying: make(chan struct{}), done: make(chan struct{}), rxDone: make(chan struct{}),
+	}
+	for i := range c.txMSN {
+		c.txMSN[i] = 1
+	}
+	c.maxFPDU = cfg.MaxFPDU
+	if c.maxFPDU <= 0 {
+		c.maxFPDU = mss(nc)
+	}
+	c.maxFPDU = min(c.maxFPDU, wire.MaxULPDULen+wire.MPALenLen+wire.CRCLen)
+	if !passive {
+		c.rxSeen.Store(true) // the initiator speaks first
+	}
+	return c
+}
+
+func (c *conn) start() {
+	go c.rxLoop()
+	go c.txLoop()
+}
+
+// payloadMax is the payload of one FPDU with a header of hdrLen bytes.
+func (c *conn) payloadMax(hdrLen int) int {
+	return wire.MaxPayload(c.maxFPDU, hdrLen)
+}
+
+// Modify implements engine.Wire.
+func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSRTR || (to == verbs.QPSRTS && from != verbs.QPSRTS && from != verbs.QPSSQD) {
+		return errCMOnly
+	}
+	return nil
+}
+
+// RecvPosted implements engine.Wire: iWARP has no RNR, nothing waits.
+func (c *conn) RecvPosted(*engine.QP) {}
+
+// Shutdown implements engine.Wire: the QP left RTS (error, reset, destroy).
+// It runs with the QP locked, so it only starts the teardown.
+func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
+	c.close(ErrLocalDisconnect, nil)
+}
+
+// close tears the connection down once: the transmit goroutine sends term
+// (if any), then closes the socket; the receive goroutine then ends. It
+// never calls the QP.
+func (c *conn) close(err error, term []byte) {
+	c.once.Do(func() {
+		c.err = err
+		c.term = term
+		// Unblock a sender stuck on a full socket, but leave time for the Terminate.
+		c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		close(c.dying)
+	})
+}
+
+// fail closes the connection for err and moves the QP to ERR (flushing it),
+// raising ev when ev is non-nil.
+func (c *conn) fail(err error, term []byte, ev *verbs.EventType) {
+	c.close(err, term)
+	if ev != nil {
+		c.q.Fatal(*ev)
+	} else {
+		c.q.SetError()
+	}
+}
+
+// terminate builds the Terminate for cause on the offending header and fails the connection.
+func (c *conn) terminate(cause wire.TermError, off wire.Header, ev *verbs.EventType, info string) {
+	t := wire.TerminateFor(1, cause, off)
+	b, _ := wire.AppendTerminate(make([]byte, 0, 128), &t)
+	b = wire.FinishFPDU(b, 0, c.crc)
+	c.fail(&TerminateError{Sent: true, Cause: cause, Info: info}, b, ev)
+}
+
+func evp(e verbs.EventType) *verbs.EventType { return &e }
+
+// txLoop sends responses (RDMA Read and atomic) and, at the end, the
+// Terminate; then it closes the socket.
+func (c *conn) txLoop() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.txWake:
+			if err := c.sendResponses(); err != nil {
+				c.fail(fmt.Errorf("iwarp: send: %w", err), nil, nil)
+			}
+		case <-c.dying:
+			c.txMu.Lock()
+			if c.term != nil {
+				c.nc.Write(c.term)
+			}
+			c.txMu.Unlock()
+			c.nc.Close()
+			<-c.rxDone
+			return
+		}
+	}
+}
+
+func (c *conn) wakeTx() {
+	select {
+	case c.txWake <- struct{}{}:
+	default:
+	}
+}
+
+// sendResponses sends the queued responses in request order.
+func (c *conn) sendResponses() error {
+	for {
+		c.irqMu.Lock()
+		if len(c.irq) == 0 {
+			c.irqMu.Unlock()
+			return nil
+		}
+		r := c.irq[0]
+		c.irqMu.Unlock()
+		c.txMu.Lock()
+		var err error
+		switch r.kind {
+		case respRead:
+			err = c.sendTagged(wire.OpReadResponse, r.stag, r.to, oneSeg(r.src), len(r.src))
+		case respAtomic:
+			c.hbuf = c.hbuf[:0]
+			c.hbuf = grow(c.hbuf, wire.AtomicResponseLen+8)[:wire.AtomicResponseLen]
+			wire.PutAtomicResponse(c.hbuf, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
+			c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+			_, err = c.nc.Write(c.hbuf)
+		}
+		c.txMu.Unlock()
+		if err != nil {
+			return err
+		}
+		c.irqMu.Lock()
+		c.irq[0] = resp{}
+		c.irq = c.irq[1:]
+		if len(c.irq) == 0 {
+			c.irq = c.irq[:0:cap(c.irq)]
+		}
+		c.irqMu.Unlock()
+	}
+}
+
+func oneSeg(b []byte) [][]byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return [][]byte{b}
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), len(b)+n+256)
+		copy(nb, b)
+		return nb
+	}
+	return b
+}
+
+func (c *conn) nextMSN(qn int) uint32 {
+	m := c.txMSN[qn]
+	c.txMSN[qn]++
+	return m
+}
+
+// Transmit implements engine.Wire: it sends w's message(s) on the stream.
+func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
+	select {
+	case <-c.dying:
+		return engine.Fail(verbs.WCWRFlushErr)
+	default:
+	}
+	if !c.rxSeen.Load() {
+		return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU
+	}
+	wr := &w.WR
+	var segs [][]byte
+	var st verbs.WCStatus
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	var err error
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRSendWithImm:
+		if segs, st = c.payload(q, w); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		se := wr.Flags&verbs.SendSolicited != 0
+		op := wire.OpSend
+		var inv uint32
+		switch {
+		case wr.Opcode == verbs.WRSendWithInv && se:
+			op, inv = wire.OpSendSEInv, wr.InvalidateRKey
+		case wr.Opcode == verbs.WRSendWithInv:
+			op, inv = wire.OpSendInv, wr.InvalidateRKey
+		case se:
+			op = wire.OpSendSE
+		}
+		if wr.Opcode == verbs.WRSendWithImm {
+			flags := uint32(0)
+			if w.Len > 0 {
+				flags = immSendFollows
+			}
+			if err = c.sendImmediate(wr.ImmData, flags, se && w.Len == 0); err != nil || w.Len == 0 {
+				break
+			}
+		}
+		err = c.sendUntagged(op, inv, segs, int(w.Len))
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		if segs, st = c.payload(q, w); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		err = c.sendTagged(wire.OpWrite, wr.RKey, wr.RemoteAddr, segs, int(w.Len))
+		if err == nil && wr.Opcode == verbs.WRRDMAWriteWithImm {
+			err = c.sendImmediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0)
+		}
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		return c.sendRequest(q, w)
+	default:
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
+	if err != nil {
+		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
+	return engine.ResultOK
+}
+
+// payload resolves w's outgoing data into c.segScratch (reused, so that the
+// data path does not allocate). c.txMu is held.
+func (c *conn) payload(q *engine.QP, w *engine.WQE) ([][]byte, verbs.WCStatus) {
+	segs, st := q.Payload(w, c.segScratch[:0])
+	c.segScratch = segs
+	return segs, st
+}
+
+// sendRequest sends an RDMA Read Request or an Atomic Request and records it
+// in the ORQ; the response completes it. c.txMu is held.
+func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
+	wr := &w.WR
+	sink, st := q.Sink(w, nil)
+	if st != verbs.WCSuccess {
+		return engine.Fail(st)
+	}
+	e := orqEntry{w: w, seq: w.Seq(), sink: sink, size: w.Len}
+	if len(wr.SGList) > 0 {
+		e.stag, e.to = wr.SGList[0].LKey, wr.SGList[0].Addr
+	}
+	c.hbuf = c.hbuf[:0]
+	var err error
+	if wr.Opcode == verbs.WRRDMARead {
+		c.hbuf = grow(c.hbuf, wire.ReadRequestLen+8)[:wire.ReadRequestLen]
+		wire.PutReadRequest(c.hbuf, c.nextMSN(wire.QNReadRequest), &wire.ReadRequestFields{
+			SinkSTag: e.stag, SinkTO: e.to, Size: w.Len, SrcSTag: wr.RKey, SrcTO: wr.RemoteAddr})
+	} else {
+		e.atomic = true
+		f := wire.AtomicRequestFields{STag: wr.RKey, TO: wr.RemoteAddr, AddSwap: wr.CompareAdd, AddSwapMask: ^uint64(0)}
+		f.Op = wire.AtomicFetchAdd
+		if wr.Opcode == verbs.WRAtomicCmpAndSwp {
+			f.Op, f.AddSwap, f.Compare, f.CompareMask = wire.AtomicCompareSwap, wr.Swap, wr.CompareAdd, ^uint64(0)
+		}
+		c.orqMu.Lock()
+		c.reqID++
+		f.ReqID = c.reqID
+		c.orqMu.Unlock()
+		c.hbuf = grow(c.hbuf, wire.AtomicRequestLen+8)[:wire.AtomicRequestLen]
+		wire.PutAtomicRequest(c.hbuf, c.nextMSN(wire.QNReadRequest), &f)
+	}
+	c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+	// The ORQ entry must exist before the response can arrive.
+	c.orqMu.Lock()
+	c.orq = append(c.orq, e)
+	c.orqMu.Unlock()
+	if _, err = c.nc.Write(c.hbuf); err != nil {
+		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
+	return engine.ResultPending
+}
+
+// sendImmediate sends an RFC 7306 Immediate Data message. c.txMu is held.
+func (c *conn) sendImmediate(imm, flags uint32, se bool) error {
+	c.hbuf = c.hbuf[:0]
+	c.hbuf = grow(c.hbuf, wire.ImmediateLen+8)[:wire.ImmediateLen]
+	wire.PutImmediate(c.hbuf, se, c.nextMSN(wire.QNSend), uint64(imm)<<32|uint64(flags))
+	c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+	_, err := c.nc.Write(c.hbuf)
+	return err
+}
+
+// sendUntagged sends a Send message of n bytes gathered from segs. c.txMu is held.
+func (c *conn) sendUntagged(op wire.Opcode, inv uint32, segs [][]byte, n int) error {
+	msn := c.nextMSN(wire.QNSend)
+	return c.emit(wire.UntaggedHeaderLen, segs, n, func(h []byte, off, plen int, last bool) {
+		wire.PutUntagged(h, op, last, inv, wire.QNSend, msn, uint32(off), wire.UntaggedHeaderLen-wire.MPALenLen+plen)
+	})
+}
+
+// sendTagged sends a tagged message (RDMA Write or Read Response) of n bytes
+// gathered from segs to stag/to. c.txMu is held.
+func (c *conn) sendTagged(op wire.Opcode, stag uint32, to uint64, segs [][]byte, n int) error {
+	return c.emit(wire.TaggedHeaderLen, segs, n, func(h []byte, off, plen int, last bool) {
+		wire.PutTagged(h, op, last, stag, to+uint64(off), wire.TaggedHeaderLen-wire.MPALenLen+plen)
+	})
+}
+
+// emit cuts a message into FPDUs and writes them with one gathered write:
+// headers and trailers come from c.hbuf, payload pieces straight from the
+// registered memory in segs. put writes the header of the FPDU carrying
+// plen bytes at message offset off.
+func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) error {
+	maxp := c.payloadMax(hdrLen)
+	nf := 1
+	if n > 0 {
+		nf = (n + maxp - 1) / maxp
+	}
+	per := hdrLen + 3 + wire.CRCLen
+	if cap(c.hbuf) < nf*per {
+		c.hbuf = make([]byte, 0, nf*per+256)
+	}
+	hb := c.hbuf[:nf*per]
+	iov := c.iov[:0]
+	si, so := 0, 0 // position in segs
+	off := 0
+	for f := 0; f < nf; f++ {
+		plen := min(maxp, n-off)
+		last := off+plen == n
+		h := hb[f*per : f*per+hdrLen]
+		put(h, off, plen, last)
+		iov = append(iov, h)
+		if c.crc {
+			c.txCRC.Reset()
+			c.txCRC.Update(h)
+		}
+		for left := plen; left > 0; {
+			s := segs[si][so:]
+			if len(s) > left {
+				s = s[:left]
+			}
+			iov = append(iov, s)
+			if c.crc {
+				c.txCRC.Update(s)
+			}
+			left -= len(s)
+			so += len(s)
+			if so == len(segs[si]) {
+				si, so = si+1, 0
+			}
+		}
+		pad := wire.Pad(hdrLen - wire.MPALenLen + plen)
+		var crc uint32
+		if c.crc {
+			c.txCRC.UpdatePad(pad)
+			crc = c.txCRC.Sum()
+		}
+		t := hb[f*per+hdrLen : f*per+hdrLen+pad+wire.CRCLen]
+		wire.PutTrailer(t, pad, crc)
+		iov = append(iov, t)
+		off += plen
+	}
+	c.iov = iov
+	c.nb = iov
+	_, err := c.nb.WriteTo(c.nc)
+	return err
+}

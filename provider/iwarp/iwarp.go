@@ -1,0 +1,151 @@
+// Package iwarp is goverbs' RDMA provider over TCP, speaking the iWARP wire
+// protocol: MPA (RFC 5044) with the enhanced connection setup of RFC 6581,
+// DDP (RFC 5041) and RDMAP (RFC 5040), as the Linux SoftiWARP driver (siw)
+// speaks them, so a goverbs program interoperates with siw peers and the
+// rdma-core tools that run on them. Between goverbs peers it also carries the
+// RFC 7306 extensions (immediate data and atomics).
+//
+// Each RC QP has its own TCP connection. Connections are made by Dial and
+// Listen (package rdmacm wraps them as rdma_connect / rdma_listen /
+// rdma_accept / rdma_reject); a QP on the "iwarp0" device is in RESET or INIT
+// until a connection establishes it, then in RTS.
+//
+// # Data path
+//
+// Send and RDMA Write messages are cut into FPDUs no larger than the TCP
+// MSS (as siw does, so hardware RNICs accept them too) and written with one
+// gathered write (writev) straight from the registered memory, by the
+// goroutine that posted them. They complete when TCP has taken the bytes
+// (siw's semantics: a completion does not mean the peer has them). RDMA
+// Reads and atomics complete when their response has been placed.
+//
+// A goroutine per connection reads FPDUs and places their payload straight
+// from the socket into the target memory region: the bytes of a payload
+// that arrived together with its header in one read (at most 4 KiB) are
+// copied from that small staging buffer, the rest is read directly into the
+// region. Read responses, atomic responses and Terminates are sent by a
+// second goroutine per connection, so the reading goroutine never blocks on
+// the socket's send side (which could deadlock two peers).
+//
+// # Errors
+//
+// A protocol or access error sends a Terminate with the layer, error type
+// and code of RFC 5040 (and of siw's table), closes the connection, moves
+// the QP to ERR and flushes every outstanding work request with
+// WR_FLUSH_ERR, the failing one with its specific status. A peer that
+// disappears (FIN, RST, a received Terminate) gives the same flush. As on
+// siw, a Send that finds no posted receive is fatal (iWARP has no RNR), and
+// errors detected by the remote side for a Send or an RDMA Write cannot be
+// reported in that request's completion (it completed at hand-off): they
+// flush what is outstanding. An RDMA Read that the peer refuses completes
+// with REM_ACCESS_ERR when the peer's Terminate names it.
+//
+// # Extensions between goverbs peers
+//
+// A goverbs initiator sets a reserved bit (0x04) in its MPA Request's flags;
+// a goverbs responder answers with another reserved bit (0x02), which siw
+// never sets (it echoes the request's flags). Only when both are seen are
+// RFC 7306 messages used: Atomic Request/Response for compare-and-swap and
+// fetch-and-add, Immediate Data for RDMA_WRITE_WITH_IMM (a Write followed by
+// Immediate Data) and SEND_WITH_IMM (Immediate Data, followed by the Send
+// when the send has a payload). The 8-byte immediate carries the 32-bit
+// verbs value in its first word and goverbs flags in the second: 1 = a Send
+// follows that carries it, 2 = it follows a Write. Against any other peer
+// PostSend refuses these opcodes with ErrNotSupported.
+package iwarp
+
+import (
+	"time"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// DeviceName is the name of the iWARP device.
+const DeviceName = "iwarp0"
+
+// Config holds the provider's tunables. Change it before making connections.
+type Config struct {
+	// CRC asks for MPA CRC32C on new connections (it is on when either side asks).
+	CRC bool
+	// MaxFPDU caps the size of transmitted FPDUs in bytes; 0 means the TCP MSS
+	// of the connection (siw's choice).
+	MaxFPDU int
+	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s).
+	ConnectTimeout time.Duration
+	// AcceptTimeout bounds the wait for an MPA Request after TCP accept (siw: 5 s).
+	AcceptTimeout time.Duration
+	// Extensions offers the RFC 7306 extensions to goverbs peers.
+	Extensions bool
+}
+
+// DefaultConfig is the configuration new connections use.
+var DefaultConfig = Config{ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second, Extensions: true}
+
+// maxIRDORD is siw's SIW_MAX_IRD_QP / SIW_MAX_ORD_QP.
+const maxIRDORD = 128
+
+var dev = engine.NewDevice(engine.Config{
+	Name:      DeviceName,
+	GUID:      0x0200_5eff_fe77_0001,
+	NodeType:  verbs.NodeRNIC,
+	Transport: verbs.TransportIWARP,
+	Attr: verbs.DeviceAttr{
+		FWVer:           "goverbs-iwarp 1",
+		MaxMRSize:       1 << 40,
+		PageSizeCap:     4096,
+		VendorID:        0x626d74, // siw's vendor id ("bmt")
+		MaxQP:           1 << 14,
+		MaxQPWR:         1 << 14,
+		MaxSGE:          6,
+		MaxSGERd:        6,
+		MaxCQ:           1 << 14,
+		MaxCQE:          1 << 20,
+		MaxMR:           1 << 20,
+		MaxPD:           1 << 14,
+		MaxQPRdAtom:     maxIRDORD,
+		MaxQPInitRdAtom: maxIRDORD,
+		MaxResRdAtom:    maxIRDORD << 14,
+		AtomicCap:       verbs.AtomicHCA, // only towards goverbs peers (RFC 7306)
+		MaxSRQ:          1 << 14,
+		MaxSRQWR:        1 << 14,
+		MaxSRQSGE:       6,
+		MaxInlineData:   1024,
+		MaxPKeys:        1,
+	},
+	Port: verbs.PortAttr{
+		State:      verbs.PortActive,
+		MaxMTU:     verbs.MTU4096,
+		ActiveMTU:  verbs.MTU1024,
+		GIDTblLen:  1,
+		MaxMsgSz:   1 << 31,
+		PKeyTblLen: 1,
+		LinkLayer:  verbs.LinkLayerEthernet,
+		PhysState:  5,
+	},
+	NewWire: func(q *engine.QP) engine.Wire { return idleWire{} },
+})
+
+type provider struct{}
+
+func (provider) Devices() []verbs.DeviceDriver { return []verbs.DeviceDriver{dev} }
+
+func init() {
+	verbs.RegisterProvider("iwarp", provider{})
+	cm.Register(transport{})
+}
+
+// idleWire is the wire of a QP not connected yet: user-driven transitions
+// beyond INIT are refused, since the connection manager connects iWARP QPs.
+type idleWire struct{}
+
+func (idleWire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSRTR || to == verbs.QPSRTS {
+		return errCMOnly
+	}
+	return nil
+}
+func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result { return engine.Fail(verbs.WCWRFlushErr) }
+func (idleWire) RecvPosted(*engine.QP)                           {}
+func (idleWire) Shutdown(*engine.QP, bool)                       {}

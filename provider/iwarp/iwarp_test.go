@@ -1,0 +1,111 @@
+package iwarp_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// connect connects two RC QPs over loopback TCP: a dials, b accepts.
+func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *iwarp.Conn) {
+	t.Helper()
+	ln, err := iwarp.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		c   *iwarp.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		r, err := ln.Accept(ctx)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := r.AcceptConn(b, pb)
+		ch <- res{c, err}
+	}()
+	ca, err = iwarp.Dial(ctx, ln.Addr().String(), a, pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { ca.Disconnect(); r.c.Disconnect() })
+	return ca, r.c
+}
+
+func open(t testing.TB) *verbs.Context {
+	ctx, err := verbs.OpenDevice(iwarp.DeviceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+func TestBasicOps(t *testing.T) {
+	leakcheck.Check(t)
+	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("hi")}, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("yo")})
+	if string(ca.PrivateData()) != "yo" || string(cb.PrivateData()) != "hi" || !ca.Extensions() || !cb.Extensions() {
+		t.Fatalf("private data %q/%q ext %v/%v", ca.PrivateData(), cb.PrivateData(), ca.Extensions(), cb.Extensions())
+	}
+	// SEND/RECV, 100 KiB: several FPDUs.
+	n := 100 << 10
+	a2 := conformance.NewSide(t, a.Ctx, verbs.QPTRC, conformance.PairOpts{BufSize: 1 << 20})
+	_ = a2
+	conformance.Fill(a.Buf[:60000], 5)
+	b.MustPostRecv(t, b.Recv(1, 0, 65536))
+	a.MustPostSend(t, a.Send(2, 0, 60000))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 2, verbs.WCSuccess, verbs.WCSend)
+	wc := conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != 60000 || !bytes.Equal(b.Buf[:60000], a.Buf[:60000]) {
+		t.Fatalf("recv %d bytes, data equal %v", wc.ByteLen, bytes.Equal(b.Buf[:60000], a.Buf[:60000]))
+	}
+	_ = n
+	// WRITE then READ back
+	conformance.Fill(a.Buf[:30000], 9)
+	a.MustPostSend(t, verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 30000)},
+		RemoteAddr: b.MR.RemoteAddr(1000), RKey: b.MR.RKey()})
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
+	a.MustPostSend(t, verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(32768, 30000)},
+		RemoteAddr: b.MR.RemoteAddr(1000), RKey: b.MR.RKey()})
+	if wc := conformance.Poll1(t, a.SendCQ); wc.Status != verbs.WCSuccess {
+		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("read: %v; a: %v; b: %v", wc.Status, ca.Err(), cb.Err())
+	}
+	if !bytes.Equal(a.Buf[32768:32768+30000], a.Buf[:30000]) {
+		t.Fatal("read back differs")
+	}
+	// atomics
+	a.MustPostSend(t, verbs.SendWR{WRID: 5, Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey(), CompareAdd: 5})
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 5, verbs.WCSuccess, verbs.WCFetchAdd)
+	// write with imm
+	b.MustPostRecv(t, b.Recv(6, 0, 0))
+	a.MustPostSend(t, verbs.SendWR{WRID: 7, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 100)},
+		RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey(), ImmData: 0xabcdef})
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 7, verbs.WCSuccess, verbs.WCRDMAWrite)
+	wc = conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 6, verbs.WCSuccess, verbs.WCRecvRDMAWithImm)
+	if wc.ImmData != 0xabcdef || wc.ByteLen != 100 {
+		t.Fatalf("imm wc %+v", wc)
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package iwarp
+
+import "net"
+
+func mss(net.Conn) int { return 1460 }
