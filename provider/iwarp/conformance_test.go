@@ -1,0 +1,48 @@
+package iwarp_test
+
+import (
+	"testing"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// fixture runs the provider-independent verbs suite over iWARP: the two ends
+// of each connection are QPs of iwarp0 connected through loopback TCP.
+type fixture struct{}
+
+func (fixture) Caps() conformance.Caps {
+	return conformance.Caps{Atomics: true, Immediate: true, Invalidate: true}
+}
+
+func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }
+
+func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
+	t.Helper()
+	for _, q := range []*verbs.QP{a, b} {
+		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: attr.QPAccessFlags}
+		if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			return err
+		}
+	}
+	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic)}
+	connect(t, a, b, p, p)
+	return nil
+}
+
+func (fixture) ActivateUD(t testing.TB, q *verbs.QP, qkey uint32) error {
+	t.Fatal("iwarp has no UD")
+	return nil
+}
+
+func (fixture) AHTo(t testing.TB, ctx *verbs.Context) verbs.AHAttr {
+	t.Fatal("iwarp has no UD")
+	return verbs.AHAttr{}
+}
+
+func TestConformance(t *testing.T) {
+	_ = iwarp.DeviceName
+	conformance.Run(t, fixture{})
+}

@@ -1,0 +1,648 @@
+// Package rdmacm is the librdmacm layer of goverbs: connection identifiers
+// that listen, connect, accept and reject with private data, connection
+// events, disconnect, and the helpers of rdma_verbs.h (PostRecv, PostSendv,
+// GetRecvComp, ...), over any provider that makes connections.
+//
+// An address "host:port" or "tcp://host:port" uses the iWARP provider
+// (TCP; interoperates with Linux siw and librdmacm programs).
+//
+// The Go-style entry points are Dial (rdma_create_ep + rdma_connect) and
+// Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
+// code ported from C. Every blocking call takes a context.
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	_ "github.com/goverbs/goverbs/provider/iwarp" // the "tcp" transport
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Errors of connection setup. Dial and Connect return a *RejectedError
+// (errors.Is(err, ErrRejected)) when the peer rejects, and an error wrapping
+// ErrUnreachable when it does not answer.
+var (
+	ErrRejected    = cm.ErrRejected
+	ErrUnreachable = cm.ErrUnreachable
+	ErrClosed      = errors.New("rdmacm: identifier closed")
+)
+
+// RejectedError carries the private data of a rejection.
+type RejectedError = cm.RejectedError
+
+// ConnParam are the connection parameters (struct rdma_conn_param).
+type ConnParam struct {
+	PrivateData []byte
+	// ResponderResources is the number of RDMA reads/atomics this side accepts
+	// outstanding (IRD); InitiatorDepth the number it issues (ORD). 0xFF (or
+	// a nil *ConnParam) means the device maximum, as in librdmacm.
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	RetryCount         uint8 // carried for compatibility; iWARP has no retries
+	RNRRetryCount      uint8
+}
+
+// MaxDepth is RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the device maximum.
+const MaxDepth = 0xFF
+
+// transportFor parses an address and finds its transport.
+func transportFor(addr string) (cm.Transport, string, error) {
+	scheme, rest := "tcp", addr
+	if i := strings.Index(addr, "://"); i > 0 {
+		scheme, rest = addr[:i], addr[i+3:]
+	} else if strings.HasPrefix(addr, "unix:") {
+		scheme, rest = "unix", strings.TrimPrefix(addr, "unix:")
+	}
+	t, ok := cm.Lookup(scheme)
+	if !ok {
+		return nil, "", fmt.Errorf("%w: no transport for %q", verbs.ErrNotSupported, scheme)
+	}
+	return t, rest, nil
+}
+
+// devices caches one context and one default PD per device, as librdmacm does.
+var devices struct {
+	sync.Mutex
+	ctx map[string]*verbs.Context
+	pd  map[string]*verbs.PD
+}
+
+func deviceContext(name string) (*verbs.Context, *verbs.PD, error) {
+	devices.Lock()
+	defer devices.Unlock()
+	if c, ok := devices.ctx[name]; ok {
+		return c, devices.pd[name], nil
+	}
+	c, err := verbs.OpenDevice(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	if devices.ctx == nil {
+		devices.ctx, devices.pd = map[string]*verbs.Context{}, map[string]*verbs.PD{}
+	}
+	devices.ctx[name], devices.pd[name] = c, pd
+	return c, pd, nil
+}
+
+// DeviceContext returns the verbs context rdmacm uses for the device that
+// serves addr, and its default protection domain, so that memory can be
+// registered before an identifier exists.
+func DeviceContext(addr string) (*verbs.Context, *verbs.PD, error) {
+	t, _, err := transportFor(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return deviceContext(t.DeviceName())
+}
+
+func params(p *ConnParam, maxPD int) (cm.Params, error) {
+	if p == nil {
+		return cm.Params{IRD: 128, ORD: 128}, nil
+	}
+	if len(p.PrivateData) > maxPD {
+		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
+	}
+	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth)}
+	if p.ResponderResources == MaxDepth {
+		cp.IRD = 128
+	}
+	if p.InitiatorDepth == MaxDepth {
+		cp.ORD = 128
+	}
+	return cp, nil
+}
+
+// idState is where an identifier is in its life.
+type idState int
+
+const (
+	stateIdle idState = iota
+	stateListening
+	stateRequest // a connection request not answered yet
+	stateConnected
+	stateDisconnected
+	stateClosed
+)
+
+// ID is a communication identifier (struct rdma_cm_id): one end of a
+// connection, or a listener.
+type ID struct {
+	tr   cm.Transport
+	addr string // the address to connect to or listen on
+
+	// Verbs objects; those the ID created itself are destroyed with it.
+	Context *verbs.Context
+	PD      *verbs.PD
+	QP      *verbs.QP
+	SendCQ  *verbs.CQ
+	RecvCQ  *verbs.CQ
+	SendCh  *verbs.CompChannel // completion channels of SendCQ and RecvCQ (GetSendComp, GetRecvComp)
+	RecvCh  *verbs.CompChannel
+	ownCQs  bool
+	qpAttr  *verbs.QPInitAttr // for requests of a listener created by CreateEP
+
+	mu       sync.Mutex
+	state    idState
+	conn     cm.Conn
+	req      cm.Request
+	ln       cm.Listener
+	events   chan Event
+	done     chan struct{}
+	wg       sync.WaitGroup
+	peerPD   []byte
+	peerIRD  int
+	peerORD  int
+	listenID *ID
+
+	// UserData is free for the application (the id's context pointer).
+	UserData any
+}
+
+func newID(t cm.Transport, addr string) (*ID, error) {
+	ctx, pd, err := deviceContext(t.DeviceName())
+	if err != nil {
+		return nil, err
+	}
+	return &ID{tr: t, addr: addr, Context: ctx, PD: pd, events: make(chan Event, 64), done: make(chan struct{})}, nil
+}
+
+// CreateID creates an identifier for addr (rdma_create_id + rdma_resolve_addr
+// + rdma_resolve_route: with TCP-based transports resolution is immediate).
+func CreateID(addr string) (*ID, error) {
+	t, rest, err := transportFor(addr)
+	if err != nil {
+		return nil, err
+	}
+	return newID(t, rest)
+}
+
+// LocalAddr returns the local address of a connected or listening identifier.
+func (id *ID) LocalAddr() net.Addr {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch {
+	case id.conn != nil:
+		return id.conn.LocalAddr()
+	case id.req != nil:
+		return id.req.LocalAddr()
+	case id.ln != nil:
+		return id.ln.Addr()
+	}
+	return nil
+}
+
+// RemoteAddr returns the peer's address.
+func (id *ID) RemoteAddr() net.Addr {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch {
+	case id.conn != nil:
+		return id.conn.RemoteAddr()
+	case id.req != nil:
+		return id.req.RemoteAddr()
+	}
+	return nil
+}
+
+// PrivateData returns the peer's private data: of its connect request on
+// the passive side, of its accept on the active side.
+func (id *ID) PrivateData() []byte {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.peerPD
+}
+
+// PeerResources returns the connect request's responder resources and
+// initiator depth (the peer's IRD and ORD).
+func (id *ID) PeerResources() (responderResources, initiatorDepth int) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.peerIRD, id.peerORD
+}
+
+func (id *ID) post(ev Event) {
+	if ev.ID == nil {
+		ev.ID = id
+	}
+	select {
+	case id.events <- ev:
+	default: // an application that never reads events must not block the library
+	}
+}
+
+// NextEvent returns the identifier's next connection event (rdma_get_cm_event
+// for this id). A listening identifier yields EventConnectRequest events whose
+// ID is the new request.
+func (id *ID) NextEvent(ctx context.Context) (Event, error) {
+	id.mu.Lock()
+	listening := id.state == stateListening
+	id.mu.Unlock()
+	if listening {
+		req, err := id.GetRequest(ctx)
+		if err != nil {
+			return Event{}, err
+		}
+		rd, ro := req.PeerResources()
+		return Event{Type: EventConnectRequest, ID: req, Listen: id, PrivateData: req.PrivateData(), ResponderResources: rd, InitiatorDepth: ro}, nil
+	}
+	select {
+	case ev := <-id.events:
+		return ev, nil
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	}
+}
+
+// CreateQP creates the identifier's QP on its device (rdma_create_qp). With
+// pd nil the device's default PD is used. When attr's CQs are nil, the
+// identifier creates a send CQ and a receive CQ, each with its own
+// completion channel (for GetSendComp / GetRecvComp), sized from the QP's
+// capabilities. The QP is left in INIT, ready to be connected.
+func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return ErrClosed
+	}
+	if id.QP != nil {
+		return fmt.Errorf("%w: the identifier already has a QP", verbs.ErrInvalid)
+	}
+	if pd == nil {
+		pd = id.PD
+	}
+	if pd.Context() != id.Context {
+		return fmt.Errorf("%w: PD of another device", verbs.ErrInvalid)
+	}
+	if attr.QPType == 0 {
+		attr.QPType = verbs.QPTRC
+	}
+	if attr.SendCQ == nil && attr.RecvCQ == nil {
+		if err := id.createCQs(attr.Cap); err != nil {
+			return err
+		}
+		attr.SendCQ, attr.RecvCQ = id.SendCQ, id.RecvCQ
+	} else if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return fmt.Errorf("%w: give both CQs or neither", verbs.ErrInvalid)
+	} else {
+		id.SendCQ, id.RecvCQ = attr.SendCQ, attr.RecvCQ
+		id.SendCh, id.RecvCh = attr.SendCQ.Channel(), attr.RecvCQ.Channel()
+	}
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		id.destroyCQs()
+		return err
+	}
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
+		QPAccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	if err := qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		qp.Destroy()
+		id.destroyCQs()
+		return err
+	}
+	id.PD, id.QP = pd, qp
+	return nil
+}
+
+func (id *ID) createCQs(c verbs.QPCap) error {
+	var err error
+	if id.SendCh, err = id.Context.CreateCompChannel(); err != nil {
+		return err
+	}
+	if id.RecvCh, err = id.Context.CreateCompChannel(); err != nil {
+		id.SendCh.Close()
+		return err
+	}
+	if id.SendCQ, err = id.Context.CreateCQ(max(c.MaxSendWR, 1), id.SendCh); err != nil {
+		id.SendCh.Close()
+		id.RecvCh.Close()
+		return err
+	}
+	if id.RecvCQ, err = id.Context.CreateCQ(max(c.MaxRecvWR, 1), id.RecvCh); err != nil {
+		id.SendCQ.Destroy()
+		id.SendCh.Close()
+		id.RecvCh.Close()
+		return err
+	}
+	id.ownCQs = true
+	return nil
+}
+
+func (id *ID) destroyCQs() {
+	if !id.ownCQs {
+		return
+	}
+	id.SendCQ.Destroy()
+	id.RecvCQ.Destroy()
+	id.SendCh.Close()
+	id.RecvCh.Close()
+	id.SendCQ, id.RecvCQ, id.SendCh, id.RecvCh, id.ownCQs = nil, nil, nil, nil, false
+}
+
+// DestroyQP destroys the identifier's QP (rdma_destroy_qp) and the CQs it created.
+func (id *ID) DestroyQP() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.QP == nil {
+		return nil
+	}
+	err := id.QP.Destroy()
+	id.QP = nil
+	id.destroyCQs()
+	return err
+}
+
+// Connect connects the identifier's QP to the listener at its address
+// (rdma_connect) and waits for the outcome. The identifier needs a QP
+// (CreateQP). On success an EventEstablished is also queued; a rejection
+// returns a *RejectedError (and queues EventRejected), no answer an error
+// wrapping ErrUnreachable (EventUnreachable).
+func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
+	id.mu.Lock()
+	if id.state != stateIdle || id.QP == nil {
+		st, qp := id.state, id.QP
+		id.mu.Unlock()
+		if qp == nil {
+			return fmt.Errorf("%w: connect needs a QP (CreateQP)", verbs.ErrInvalidState)
+		}
+		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, st)
+	}
+	qp := id.QP
+	id.mu.Unlock()
+	cp, err := params(p, id.tr.MaxPrivateData())
+	if err != nil {
+		return err
+	}
+	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
+	if err != nil {
+		var rej *RejectedError
+		switch {
+		case errors.As(err, &rej):
+			id.post(Event{Type: EventRejected, Err: err, PrivateData: rej.PrivateData})
+		case errors.Is(err, ErrUnreachable):
+			id.post(Event{Type: EventUnreachable, Err: err})
+		default:
+			id.post(Event{Type: EventConnectError, Err: err})
+		}
+		return err
+	}
+	id.established(conn)
+	id.post(Event{Type: EventEstablished, PrivateData: conn.PrivateData(), ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
+	return nil
+}
+
+// established records the connection and watches it for the end.
+func (id *ID) established(conn cm.Conn) {
+	id.mu.Lock()
+	id.conn, id.state = conn, stateConnected
+	if id.peerPD == nil {
+		id.peerPD = conn.PrivateData()
+	}
+	id.mu.Unlock()
+	id.wg.Add(1)
+	go func() {
+		defer id.wg.Done()
+		select {
+		case <-conn.Done():
+			id.mu.Lock()
+			was := id.state
+			if id.state == stateConnected {
+				id.state = stateDisconnected
+			}
+			id.mu.Unlock()
+			if was == stateConnected || was == stateDisconnected {
+				id.post(Event{Type: EventDisconnected, Err: conn.Err()})
+			}
+		case <-id.done:
+		}
+	}()
+}
+
+// Done returns a channel closed when the connection has ended (the peer
+// disconnected, or Disconnect was called).
+func (id *ID) Done() <-chan struct{} {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.conn == nil {
+		return nil
+	}
+	return id.conn.Done()
+}
+
+// Disconnect ends the connection (rdma_disconnect): the QP moves to ERR and
+// its outstanding work completes with WR_FLUSH_ERR, here and at the peer,
+// which receives EventDisconnected; so does this identifier.
+func (id *ID) Disconnect() error {
+	id.mu.Lock()
+	conn := id.conn
+	if conn == nil || id.state != stateConnected {
+		id.mu.Unlock()
+		return fmt.Errorf("%w: not connected", verbs.ErrInvalidState)
+	}
+	id.state = stateDisconnected
+	id.mu.Unlock()
+	return conn.Disconnect()
+}
+
+// Close destroys the identifier (rdma_destroy_id / rdma_destroy_ep):
+// disconnects it, stops listening, and destroys the QP and CQs it created.
+// An unanswered connect request is rejected.
+func (id *ID) Close() error {
+	id.mu.Lock()
+	if id.state == stateClosed {
+		id.mu.Unlock()
+		return nil
+	}
+	st := id.state
+	id.state = stateClosed
+	conn, req, ln := id.conn, id.req, id.ln
+	close(id.done)
+	id.mu.Unlock()
+	if req != nil && st == stateRequest {
+		req.Reject(nil)
+	}
+	if conn != nil {
+		conn.Disconnect()
+	}
+	if ln != nil {
+		ln.Close()
+	}
+	id.wg.Wait()
+	return id.DestroyQP()
+}
+
+// Dial creates an identifier for addr, creates its QP with attr (nil: an RC
+// QP with 16 WRs and 1 SGE each way and its own CQs) and connects it, as
+// rdma_create_ep followed by rdma_connect.
+func Dial(ctx context.Context, addr string, attr *verbs.QPInitAttr, p *ConnParam) (*ID, error) {
+	id, err := CreateID(addr)
+	if err != nil {
+		return nil, err
+	}
+	a := defaultQPAttr(attr)
+	if err := id.CreateQP(nil, a); err != nil {
+		id.Close()
+		return nil, err
+	}
+	if err := id.Connect(ctx, p); err != nil {
+		id.Close()
+		return nil, err
+	}
+	return id, nil
+}
+
+func defaultQPAttr(attr *verbs.QPInitAttr) verbs.QPInitAttr {
+	if attr != nil {
+		return *attr
+	}
+	return verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+}
+
+// Listen creates a listening identifier at addr (rdma_create_id +
+// rdma_bind_addr + rdma_listen). Port 0 picks a free port (LocalAddr tells).
+func Listen(addr string) (*ID, error) {
+	id, err := CreateID(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.Listen(); err != nil {
+		return nil, err
+	}
+	return id, nil
+}
+
+// Listen starts listening on the identifier's address (rdma_listen).
+func (id *ID) Listen() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stateIdle {
+		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
+	}
+	ln, err := id.tr.Listen(id.addr)
+	if err != nil {
+		return err
+	}
+	id.ln, id.state = ln, stateListening
+	return nil
+}
+
+// GetRequest waits for the next connection request on a listening
+// identifier (rdma_get_request) and returns a new identifier for it, with
+// the requester's private data and resources. When the listener was made by
+// CreateEP with QP attributes, the new identifier already has its QP.
+// Answer it with Accept or Reject.
+func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
+	id.mu.Lock()
+	ln, st := id.ln, id.state
+	id.mu.Unlock()
+	if st != stateListening {
+		return nil, fmt.Errorf("%w: not listening", verbs.ErrInvalidState)
+	}
+	r, err := ln.Next(ctx)
+	if err != nil {
+		if errors.Is(err, cm.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, err
+	}
+	nid := &ID{tr: id.tr, Context: id.Context, PD: id.PD, events: make(chan Event, 64), done: make(chan struct{}),
+		state: stateRequest, req: r, peerPD: r.PrivateData(), peerIRD: r.IRD(), peerORD: r.ORD(), listenID: id}
+	if id.qpAttr != nil {
+		if err := nid.CreateQP(nil, *id.qpAttr); err != nil {
+			r.Reject(nil)
+			return nil, err
+		}
+	}
+	return nid, nil
+}
+
+// Accept accepts the connection request of this identifier (rdma_accept)
+// with the identifier's QP. On success the connection is established and
+// EventEstablished is queued.
+func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
+	id.mu.Lock()
+	if id.state != stateRequest || id.QP == nil {
+		st, qp := id.state, id.QP
+		id.mu.Unlock()
+		if qp == nil {
+			return fmt.Errorf("%w: accept needs a QP (CreateQP)", verbs.ErrInvalidState)
+		}
+		return fmt.Errorf("%w: no connection request to accept (state %d)", verbs.ErrInvalidState, st)
+	}
+	req, qp := id.req, id.QP
+	id.mu.Unlock()
+	cp, err := params(p, id.tr.MaxPrivateData())
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		cp.IRD, cp.ORD = 128, 128
+	}
+	conn, err := req.Accept(qp, cp)
+	if err != nil {
+		id.mu.Lock()
+		id.state = stateDisconnected
+		id.mu.Unlock()
+		return err
+	}
+	id.established(conn)
+	id.post(Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
+	return nil
+}
+
+// Reject refuses the connection request of this identifier (rdma_reject),
+// sending privateData to the requester.
+func (id *ID) Reject(privateData []byte) error {
+	id.mu.Lock()
+	if id.state != stateRequest {
+		id.mu.Unlock()
+		return fmt.Errorf("%w: no connection request to reject", verbs.ErrInvalidState)
+	}
+	id.state = stateDisconnected
+	req := id.req
+	id.mu.Unlock()
+	if len(privateData) > id.tr.MaxPrivateData() {
+		return fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, len(privateData))
+	}
+	return req.Reject(privateData)
+}
+
+// CreateEP creates an endpoint as rdma_create_ep does: with passive false,
+// an identifier for addr with a QP made from qpAttr (when not nil), ready
+// for Connect; with passive true, a listening identifier whose requests get
+// QPs made from qpAttr. pd nil means the device's default PD.
+func CreateEP(addr string, passive bool, pd *verbs.PD, qpAttr *verbs.QPInitAttr) (*ID, error) {
+	id, err := CreateID(addr)
+	if err != nil {
+		return nil, err
+	}
+	if pd != nil {
+		id.PD = pd
+	}
+	if passive {
+		if qpAttr != nil {
+			a := *qpAttr
+			id.qpAttr = &a
+		}
+		if err := id.Listen(); err != nil {
+			return nil, err
+		}
+		return id, nil
+	}
+	if qpAttr != nil {
+		if err := id.CreateQP(pd, *qpAttr); err != nil {
+			return nil, err
+		}
+	}
+	return id, nil
+}
