@@ -17,7 +17,8 @@ type MR struct {
 	addr   uint64
 	access verbs.AccessFlags
 	key    uint32
-	valid  atomic.Bool
+	valid  atomic.Bool // the keys work: registered and not invalidated
+	gone   atomic.Bool // deregistered
 	dev    *Device
 }
 
@@ -29,9 +30,12 @@ func (mr *MR) RKey() uint32 { return mr.key }
 
 // Dereg implements verbs.MRDriver.
 func (mr *MR) Dereg() error {
-	if !mr.valid.Swap(false) {
+	// A region whose key a Send with Invalidate made invalid is still
+	// registered: it must still be deregistered (and release its PD).
+	if mr.gone.Swap(true) {
 		return verbs.ErrClosed
 	}
+	mr.valid.Store(false)
 	mr.dev.mrs.remove(mr)
 	mr.pd.refs.Add(-1)
 	return nil

@@ -246,13 +246,12 @@ func readMPA(nc net.Conn, wantReply bool) (wire.MPAFrame, []byte, error) {
 
 // Listener accepts iWARP connection requests.
 type Listener struct {
-	ln     net.Listener
-	reqs   chan *Request
-	done   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-	cfg    Config
-	closed bool
+	ln   net.Listener
+	reqs chan *Request
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+	cfg  Config
 }
 
 // Listen listens for MPA connection requests on the TCP address addr.

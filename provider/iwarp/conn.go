@@ -126,13 +126,12 @@ type conn struct {
 	rx rxState // the receive goroutine's state
 
 	// lifetime
-	once     sync.Once
-	err      error
-	term     []byte // Terminate to send before closing
-	dying    chan struct{}
-	done     chan struct{}
-	rxDone   chan struct{}
-	lastPeer time.Time
+	once   sync.Once
+	err    error
+	term   []byte // Terminate to send before closing
+	dying  chan struct{}
+	done   chan struct{}
+	rxDone chan struct{}
 }
 
 func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {

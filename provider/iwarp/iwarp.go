@@ -148,6 +148,8 @@ func (idleWire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, 
 	}
 	return nil
 }
-func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result { return engine.Fail(verbs.WCWRFlushErr) }
-func (idleWire) RecvPosted(*engine.QP)                           {}
-func (idleWire) Shutdown(*engine.QP, bool)                       {}
+func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result {
+	return engine.Fail(verbs.WCWRFlushErr)
+}
+func (idleWire) RecvPosted(*engine.QP)     {}
+func (idleWire) Shutdown(*engine.QP, bool) {}

@@ -97,7 +97,6 @@ type rxState struct {
 	rc         *engine.RecvCtx
 	recvSegs   [][]byte
 	recvCap    int
-	recvStatus verbs.WCStatus
 	got        int
 
 	// the tagged message (Write or Read Response) being received
