@@ -3,6 +3,7 @@
 //
 //	goverbs devices [-v]     list devices (like ibv_devices; -v like ibv_devinfo)
 //	goverbs demo [-n ITERS]  loopback demo and benchmark over the loop provider
+//	goverbs ping -s|-c ...   rping over iWARP (interoperates with rdma-core's rping)
 package main
 
 import (
@@ -22,6 +23,8 @@ func main() {
 		err = devices(os.Args[2:])
 	case "demo":
 		err = demo(os.Args[2:])
+	case "ping":
+		err = ping(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -43,6 +46,9 @@ commands:
   devices [-v]      list RDMA devices (-v: attributes and ports, like ibv_devinfo)
   demo [-n ITERS]   loopback demo (SEND/RECV, RDMA WRITE/READ, atomics, error
                     handling) and a benchmark table, over the in-process loop provider
+  ping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V] [-d]
+                    rping's protocol over iWARP/TCP: works against rdma-core's
+                    rping on a Linux siw device, in both roles
 `)
 }
 

@@ -21,6 +21,8 @@ type WQE struct {
 	status   verbs.WCStatus
 	signaled bool
 	rdAtomic bool // counted in the QP's outstanding reads/atomics
+	early    bool // Complete came while Transmit was still running
+	earlySt  verbs.WCStatus
 	sge      []verbs.SGE
 	inl      []byte
 }
@@ -430,6 +432,14 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 			q.enterErr()
 		}
 	case Pending:
+		if w.early { // the response overtook Transmit's return
+			w.early = false
+			w.state, w.status = wqeDone, w.earlySt
+			if w.earlySt != verbs.WCSuccess && q.state != verbs.QPSErr {
+				q.enterErr()
+			}
+			return
+		}
 		if q.state == verbs.QPSErr {
 			w.state, w.status = wqeDone, verbs.WCWRFlushErr
 			return
@@ -495,6 +505,13 @@ func (q *QP) retire() {
 // the QP to ERR.
 func (q *QP) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
 	q.mu.Lock()
+	if w.seq == seq && w.state == wqeTx {
+		// The wire finished the request before Transmit returned Pending:
+		// txResult completes it.
+		w.early, w.earlySt = true, status
+		q.mu.Unlock()
+		return
+	}
 	if w.seq != seq || w.state != wqePending {
 		q.mu.Unlock()
 		return

@@ -252,7 +252,15 @@ func (c *conn) sendResponses() error {
 			c.irqMu.Unlock()
 			return nil
 		}
+		// The request leaves the IRQ before its response is written: once the
+		// requester has the response it may send the next request, which
+		// must find room.
 		r := c.irq[0]
+		c.irq[0] = resp{}
+		c.irq = c.irq[1:]
+		if len(c.irq) == 0 {
+			c.irq = c.irq[:0:cap(c.irq)]
+		}
 		c.irqMu.Unlock()
 		c.txMu.Lock()
 		var err error
@@ -270,13 +278,6 @@ func (c *conn) sendResponses() error {
 		if err != nil {
 			return err
 		}
-		c.irqMu.Lock()
-		c.irq[0] = resp{}
-		c.irq = c.irq[1:]
-		if len(c.irq) == 0 {
-			c.irq = c.irq[:0:cap(c.irq)]
-		}
-		c.irqMu.Unlock()
 	}
 }
 

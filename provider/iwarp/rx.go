@@ -560,8 +560,16 @@ func (c *conn) rxTerminate(s *rxState, h wire.Header, plen int) {
 		}
 		c.orqMu.Unlock()
 		if w != nil {
+			st := verbs.WCWRFlushErr
+			for _, f := range []wire.TermFields{info.RFC, info.Swapped} {
+				if f.Cause.Layer == wire.LayerRDMAP && f.Cause.EType == uint8(wire.RDMAPRemoteProtection) {
+					st = verbs.WCRemAccessErr
+				} else if f.Cause.Layer == wire.LayerRDMAP && f.Cause.EType == uint8(wire.RDMAPRemoteOperation) && st == verbs.WCWRFlushErr {
+					st = verbs.WCRemOpErr
+				}
+			}
 			c.close(err, nil)
-			c.q.Complete(w, seq, verbs.WCRemAccessErr)
+			c.q.Complete(w, seq, st)
 			return
 		}
 	}

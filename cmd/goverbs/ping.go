@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/goverbs/goverbs/rdmacm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// rping's wire protocol (librdmacm/examples/rping.c): each side keeps one
+// 16-byte receive posted; the client advertises a buffer with a 16-byte
+// message (address, rkey, size; big-endian), the server RDMA READs it, says
+// "go ahead", the client advertises its sink, the server RDMA WRITEs what it
+// read there, says "go ahead", and the client compares.
+const rpingInfoLen = 16
+
+type pingOpts struct {
+	server, client  bool
+	addr            string
+	port            int
+	count, size     int
+	verbose, verify bool
+	debug           bool
+	timeout         time.Duration
+}
+
+func ping(args []string) error {
+	fs := newFlags("ping")
+	var o pingOpts
+	fs.BoolVar(&o.server, "s", false, "server")
+	fs.BoolVar(&o.client, "c", false, "client")
+	fs.StringVar(&o.addr, "a", "", "address (client: the server's; server: the one to bind, default all)")
+	fs.IntVar(&o.port, "p", 7174, "port")
+	fs.IntVar(&o.count, "C", 0, "ping count (0: forever)")
+	fs.IntVar(&o.size, "S", 64, "ping data size")
+	fs.BoolVar(&o.verbose, "v", false, "display ping data")
+	fs.BoolVar(&o.verify, "V", false, "validate ping data")
+	fs.BoolVar(&o.debug, "d", false, "debug printfs")
+	fs.DurationVar(&o.timeout, "t", 30*time.Second, "timeout for each step (goverbs addition)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.server == o.client {
+		return errors.New("ping: give exactly one of -s and -c")
+	}
+	if o.size < len("rdma-ping-%d: ")+1 || o.size > 1<<30 {
+		return fmt.Errorf("ping: invalid size %d", o.size)
+	}
+	if o.client && o.addr == "" {
+		return errors.New("ping: -c needs -a ADDR")
+	}
+	addr := net.JoinHostPort(o.addr, strconv.Itoa(o.port))
+	if o.server {
+		return pingServer(addr, &o)
+	}
+	return pingClient(addr, &o)
+}
+
+func (o *pingOpts) dbg(format string, a ...any) {
+	if o.debug {
+		fmt.Fprintf(os.Stderr, format+"\n", a...)
+	}
+}
+
+// pingEnd holds one side's buffers.
+type pingEnd struct {
+	id                *rdmacm.ID
+	recvBuf, sendBuf  []byte
+	recvMR, sendMR    *verbs.MR
+	rdmaBuf, startBuf []byte
+	rdmaMR, startMR   *verbs.MR
+	o                 *pingOpts
+}
+
+func (e *pingEnd) setup(id *rdmacm.ID, client bool) error {
+	e.id = id
+	if err := id.CreateQP(nil, verbs.QPInitAttr{QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return err
+	}
+	var err error
+	e.recvBuf, e.sendBuf = make([]byte, rpingInfoLen), make([]byte, rpingInfoLen)
+	if e.recvMR, err = id.RegMsgs(e.recvBuf); err != nil {
+		return err
+	}
+	if e.sendMR, err = id.RegMsgs(e.sendBuf); err != nil {
+		return err
+	}
+	rw := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+	e.rdmaBuf = make([]byte, e.o.size)
+	if e.rdmaMR, err = id.PD.RegMR(e.rdmaBuf, rw); err != nil {
+		return err
+	}
+	if client {
+		e.startBuf = make([]byte, e.o.size)
+		if e.startMR, err = id.PD.RegMR(e.startBuf, rw); err != nil {
+			return err
+		}
+	}
+	return e.postRecv()
+}
+
+func (e *pingEnd) close() {
+	e.id.Close()
+	for _, mr := range []*verbs.MR{e.recvMR, e.sendMR, e.rdmaMR, e.startMR} {
+		if mr != nil {
+			mr.Dereg()
+		}
+	}
+}
+
+func (e *pingEnd) postRecv() error { return e.id.PostRecv(1, e.recvBuf, e.recvMR) }
+
+func (e *pingEnd) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.o.timeout)
+}
+
+// recv waits for the next 16-byte message and reposts the receive.
+func (e *pingEnd) recv() error {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	wc, err := e.id.GetRecvComp(ctx)
+	if err != nil {
+		return err
+	}
+	if wc.Status != verbs.WCSuccess {
+		return &verbs.WCError{WRID: wc.WRID, Status: wc.Status, Opcode: wc.Opcode}
+	}
+	if wc.ByteLen != rpingInfoLen {
+		return fmt.Errorf("ping: received %d bytes, want %d", wc.ByteLen, rpingInfoLen)
+	}
+	return e.postRecv()
+}
+
+// sendWait posts a signaled send work request and waits for its completion.
+func (e *pingEnd) sendWait(wr verbs.SendWR) error {
+	wr.Flags |= verbs.SendSignaled
+	if err := e.id.QP.PostSend([]verbs.SendWR{wr}); err != nil {
+		return err
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	wc, err := e.id.GetSendComp(ctx)
+	if err != nil {
+		return err
+	}
+	return wc.Err()
+}
+
+func (e *pingEnd) sendInfo(buf []byte, mr *verbs.MR) error {
+	binary.BigEndian.PutUint64(e.sendBuf[0:], mr.Addr())
+	binary.BigEndian.PutUint32(e.sendBuf[8:], mr.RKey())
+	binary.BigEndian.PutUint32(e.sendBuf[12:], uint32(len(buf)))
+	return e.sendWait(verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.sendMR.SGE(0, rpingInfoLen)}})
+}
+
+func pingClient(addr string, o *pingOpts) error {
+	id, err := rdmacm.CreateID(addr)
+	if err != nil {
+		return err
+	}
+	e := &pingEnd{o: o}
+	defer e.close()
+	if err := e.setup(id, true); err != nil {
+		return err
+	}
+	ctx, cancel := e.ctx()
+	err = id.Connect(ctx, &rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	o.dbg("client connected to %v", id.RemoteAddr())
+	start := byte(65)
+	for ping := 0; o.count == 0 || ping < o.count; ping++ {
+		cc := copy(e.startBuf, fmt.Sprintf("rdma-ping-%d: ", ping))
+		c := start
+		for i := cc; i < o.size; i++ {
+			e.startBuf[i] = c
+			if c++; c > 122 {
+				c = 65
+			}
+		}
+		if start++; start > 122 {
+			start = 65
+		}
+		e.startBuf[o.size-1] = 0
+		if err := e.sendInfo(e.startBuf, e.startMR); err != nil {
+			return fmt.Errorf("ping %d: advertising the source: %w", ping, err)
+		}
+		if err := e.recv(); err != nil {
+			return fmt.Errorf("ping %d: waiting for the server's read: %w", ping, err)
+		}
+		if err := e.sendInfo(e.rdmaBuf, e.rdmaMR); err != nil {
+			return fmt.Errorf("ping %d: advertising the sink: %w", ping, err)
+		}
+		if err := e.recv(); err != nil {
+			return fmt.Errorf("ping %d: waiting for the server's write: %w", ping, err)
+		}
+		if o.verify && !bytes.Equal(e.startBuf, e.rdmaBuf) {
+			return fmt.Errorf("data mismatch at ping %d", ping)
+		}
+		if o.verbose {
+			fmt.Printf("ping data: %s\n", cstring(e.rdmaBuf))
+		}
+	}
+	o.dbg("client disconnecting")
+	return id.Disconnect()
+}
+
+func cstring(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+func pingServer(addr string, o *pingOpts) error {
+	ln, err := rdmacm.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	o.dbg("server listening on %v", ln.LocalAddr())
+	req, err := ln.GetRequest(context.Background())
+	if err != nil {
+		return err
+	}
+	e := &pingEnd{o: o}
+	defer e.close()
+	if err := e.setup(req, false); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	ctx, cancel := e.ctx()
+	err = req.Accept(ctx, &rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	o.dbg("server accepted %v", req.RemoteAddr())
+	for n := 0; ; n++ {
+		if err := e.recv(); err != nil {
+			if isEndOfPing(err) {
+				o.dbg("server: client disconnected after %d pings", n)
+				return nil
+			}
+			return err
+		}
+		raddr, rkey, rlen := binary.BigEndian.Uint64(e.recvBuf), binary.BigEndian.Uint32(e.recvBuf[8:]), binary.BigEndian.Uint32(e.recvBuf[12:])
+		if int(rlen) > len(e.rdmaBuf) {
+			return fmt.Errorf("client advertised %d bytes, the server's buffer has %d (use the same -S)", rlen, len(e.rdmaBuf))
+		}
+		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{e.rdmaMR.SGE(0, int(rlen))}, RemoteAddr: raddr, RKey: rkey}); err != nil {
+			return fmt.Errorf("rdma read: %w", err)
+		}
+		if o.verbose {
+			fmt.Printf("server ping data: %s\n", cstring(e.rdmaBuf))
+		}
+		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.sendMR.SGE(0, rpingInfoLen)}}); err != nil {
+			return err
+		}
+		if err := e.recv(); err != nil {
+			return err
+		}
+		raddr, rkey = binary.BigEndian.Uint64(e.recvBuf), binary.BigEndian.Uint32(e.recvBuf[8:])
+		n := len(cstring(e.rdmaBuf)) + 1
+		if n > len(e.rdmaBuf) {
+			n = len(e.rdmaBuf)
+		}
+		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{e.rdmaMR.SGE(0, n)}, RemoteAddr: raddr, RKey: rkey}); err != nil {
+			return fmt.Errorf("rdma write: %w", err)
+		}
+		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.sendMR.SGE(0, rpingInfoLen)}}); err != nil {
+			return err
+		}
+	}
+}
+
+// isEndOfPing reports the flushed receive that a client's disconnect causes.
+func isEndOfPing(err error) bool {
+	var we *verbs.WCError
+	return errors.As(err, &we) && we.Status == verbs.WCWRFlushErr
+}
