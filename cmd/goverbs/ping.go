@@ -51,8 +51,8 @@ func ping(args []string) error {
 	if o.server == o.client {
 		return errors.New("ping: give exactly one of -s and -c")
 	}
-	if o.size < len("rdma-ping-%d: ")+1 || o.size > 1<<30 {
-		return fmt.Errorf("ping: invalid size %d", o.size)
+	if o.size < 23 || o.size > 65535 { // rping's range
+		return fmt.Errorf("ping: invalid size %d (valid range is 23 to 65535)", o.size)
 	}
 	if o.client && o.addr == "" {
 		return errors.New("ping: -c needs -a ADDR")

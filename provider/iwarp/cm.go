@@ -136,8 +136,9 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
 	}
+	sent := req
 	if cfg.Extensions {
-		req.Reserved = extRequestBit
+		req.IRD |= extIRDBit
 	}
 	fail := func(err error) (*Conn, error) {
 		nc.Close()
@@ -168,7 +169,9 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	if reply.Reject {
 		return fail(&cm.RejectedError{PrivateData: append([]byte(nil), reply.Private...)})
 	}
-	n, err := wire.NegotiateInitiator(req, reply, local)
+	ext := cfg.Extensions && reply.IRD&extIRDBit != 0
+	reply.IRD &^= extIRDBit
+	n, err := wire.NegotiateInitiator(sent, reply, local)
 	if err != nil {
 		if te := wire.MPATerm(err); te != nil {
 			sendTerm(nc, *te)
@@ -177,7 +180,6 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	}
 	_ = raw
 	nc.SetDeadline(time.Time{})
-	ext := cfg.Extensions && reply.Reserved&extReplyBit != 0
 	c := newConn(q, nc, n, ext, false, append([]byte(nil), reply.Private...), cfg)
 	if err := establish(q, c, n); err != nil {
 		return fail(err)
@@ -319,7 +321,9 @@ func (l *Listener) handshake(nc net.Conn) {
 		return
 	}
 	nc.SetReadDeadline(time.Time{})
-	r := &Request{l: l, nc: nc, req: req, pdata: append([]byte(nil), req.Private...)}
+	ext := req.IRD&extIRDBit != 0
+	req.IRD &^= extIRDBit
+	r := &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}
 	select {
 	case l.reqs <- r:
 	case <-l.done:
@@ -354,6 +358,7 @@ type Request struct {
 	nc       net.Conn
 	req      wire.MPAFrame
 	pdata    []byte
+	ext      bool
 	answered bool
 	mu       sync.Mutex
 }
@@ -374,7 +379,7 @@ func (r *Request) LocalAddr() net.Addr { return r.nc.LocalAddr() }
 func (r *Request) RemoteAddr() net.Addr { return r.nc.RemoteAddr() }
 
 // Extensions reports whether the requester offered the goverbs extensions.
-func (r *Request) Extensions() bool { return r.req.Reserved&extRequestBit != 0 }
+func (r *Request) Extensions() bool { return r.ext }
 
 func (r *Request) answer() error {
 	r.mu.Lock()
@@ -413,8 +418,8 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
 	reply, n, err := wire.NegotiateResponder(r.req, local)
 	ext := cfg.Extensions && r.Extensions()
-	if ext {
-		reply.Reserved = extReplyBit
+	if ext && !reply.Reject {
+		reply.IRD |= extIRDBit
 	}
 	b, aerr := wire.AppendMPA(nil, &reply)
 	if err != nil || aerr != nil {

@@ -55,11 +55,9 @@ const (
 	immAfterWrite  = 2
 )
 
-// extension bits in the MPA flags (reserved bits, see the package doc).
-const (
-	extRequestBit = 0x04
-	extReplyBit   = 0x02
-)
+// extIRDBit marks a goverbs peer in the IRD field of the MPA v2 block (see
+// the package doc).
+const extIRDBit = 0x2000
 
 // orqEntry is an outstanding RDMA Read or atomic (the ORQ, bounded by ORD).
 type orqEntry struct {

@@ -42,10 +42,14 @@
 //
 // # Extensions between goverbs peers
 //
-// A goverbs initiator sets a reserved bit (0x04) in its MPA Request's flags;
-// a goverbs responder answers with another reserved bit (0x02), which siw
-// never sets (it echoes the request's flags). Only when both are seen are
-// RFC 7306 messages used: Atomic Request/Response for compare-and-swap and
+// A goverbs peer marks its MPA Request or Reply by setting bit 13 (0x2000)
+// of the IRD field of the RFC 6581 block, a value no RNIC advertises (siw's
+// maximum is 128). siw treats it as a large IRD and clamps it to 128, which
+// changes nothing for it: its outbound read depth stays what its
+// application asked for, and a goverbs initiator adopts the responder's ORD as its IRD anyway. (The
+// MPA flags' reserved bits cannot be used: siw echoes them back, and
+// versions of siw give them meanings.) Only when both frames carry the mark
+// are RFC 7306 messages used: Atomic Request/Response for compare-and-swap and
 // fetch-and-add, Immediate Data for RDMA_WRITE_WITH_IMM (a Write followed by
 // Immediate Data) and SEND_WITH_IMM (Immediate Data, followed by the Send
 // when the send has a payload). The 8-byte immediate carries the 32-bit
