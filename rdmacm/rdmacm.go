@@ -441,14 +441,17 @@ func (id *ID) Done() <-chan struct{} {
 
 // Disconnect ends the connection (rdma_disconnect): the QP moves to ERR and
 // its outstanding work completes with WR_FLUSH_ERR, here and at the peer,
-// which receives EventDisconnected; so does this identifier.
+// which receives EventDisconnected; so does this identifier. Calling it
+// after the peer disconnected is not an error.
 func (id *ID) Disconnect() error {
 	id.mu.Lock()
 	conn := id.conn
-	if conn == nil || id.state != stateConnected {
+	if conn == nil {
 		id.mu.Unlock()
 		return fmt.Errorf("%w: not connected", verbs.ErrInvalidState)
 	}
+	// Disconnecting after the peer did is not an error: the connection is
+	// down either way.
 	id.state = stateDisconnected
 	id.mu.Unlock()
 	return conn.Disconnect()

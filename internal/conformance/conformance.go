@@ -25,6 +25,13 @@ type Caps struct {
 	Immediate  bool // SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
 	Invalidate bool // SEND_WITH_INV
 	Modify     bool // RC QPs are connected by Modify (INIT->RTR with DEST_QPN), not by a CM
+	// AsyncErrors: remote errors are reported as on iWARP, asynchronously
+	// (a Terminate message) after the failing request may have completed
+	// locally, and an error on either end takes both QPs to ERR. Without it
+	// a provider follows InfiniBand RC: the failing request completes with
+	// the responder's NAK (REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR), the
+	// requests behind it flush, and a local error does not reach the peer.
+	AsyncErrors bool
 }
 
 // Fixture adapts a provider to the suite.

@@ -1,0 +1,98 @@
+// Command rdma_server is the Go counterpart of librdmacm's rdma_server
+// example, and speaks its protocol: it accepts one connection on port 7471,
+// waits for 16 bytes and sends 16 bytes back. It works with librdmacm's
+// rdma_client on a Linux siw device, and with the Go rdma_client.
+//
+//	rdma_server [-p PORT] [-a ADDR]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/goverbs/goverbs/rdmacm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+func main() {
+	port := flag.String("p", "7471", "port")
+	bind := flag.String("a", "", "address to bind (goverbs addition; default all)")
+	timeout := flag.Duration("t", 0, "give up after this long (goverbs addition; 0 waits forever)")
+	flag.Parse()
+	fmt.Println("rdma_server: start")
+	err := run(net.JoinHostPort(*bind, *port), *timeout)
+	ret := 0
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rdma_server:", err)
+		ret = -1
+	}
+	fmt.Printf("rdma_server: end %d\n", ret)
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+func run(addr string, timeout time.Duration) error {
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	attr := verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}}
+	listen, err := rdmacm.CreateEP(addr, true, nil, &attr)
+	if err != nil {
+		return fmt.Errorf("rdma_create_ep: %w", err)
+	}
+	defer listen.Close()
+	id, err := listen.GetRequest(ctx)
+	if err != nil {
+		return fmt.Errorf("rdma_get_request: %w", err)
+	}
+	defer id.Close()
+
+	var sendFlags verbs.SendFlags
+	qa, _, err := id.QP.Query()
+	if err != nil {
+		return err
+	}
+	if qa.Cap.MaxInlineData >= 16 {
+		sendFlags = verbs.SendInline
+	} else {
+		fmt.Println("rdma_server: device doesn't support IBV_SEND_INLINE, using sge sends")
+	}
+	sendMsg, recvMsg := make([]byte, 16), make([]byte, 16)
+	mr, err := id.RegMsgs(recvMsg)
+	if err != nil {
+		return fmt.Errorf("rdma_reg_msgs for recv_msg: %w", err)
+	}
+	defer mr.Dereg()
+	var sendMR *verbs.MR
+	if sendFlags&verbs.SendInline == 0 {
+		if sendMR, err = id.RegMsgs(sendMsg); err != nil {
+			return fmt.Errorf("rdma_reg_msgs for send_msg: %w", err)
+		}
+		defer sendMR.Dereg()
+	}
+	if err := id.PostRecv(0, recvMsg, mr); err != nil {
+		return fmt.Errorf("rdma_post_recv: %w", err)
+	}
+	if err := id.Accept(ctx, nil); err != nil {
+		return fmt.Errorf("rdma_accept: %w", err)
+	}
+	if wc, err := id.GetRecvComp(ctx); err != nil || wc.Status != verbs.WCSuccess {
+		return fmt.Errorf("rdma_get_recv_comp: %v %v", wc.Status, err)
+	}
+	if err := id.PostSend(0, sendMsg, sendMR, sendFlags); err != nil {
+		return fmt.Errorf("rdma_post_send: %w", err)
+	}
+	if wc, err := id.GetSendComp(ctx); err != nil || wc.Status != verbs.WCSuccess {
+		return fmt.Errorf("rdma_get_send_comp: %v %v", wc.Status, err)
+	}
+	return id.Disconnect()
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Interoperability of goverbs with the Linux SoftiWARP driver (siw) and the
+# rdma-core tools, in the VM of ../shared/vmlab (root needed; see its README).
+#
+#   interop/siw.sh            siw as built by default (MPA CRC off)
+#   interop/siw.sh --crc      siw rebuilt to require MPA CRC (SIW_MPA_CRC=1)
+#   KEEP=1 interop/siw.sh     leave the VM running afterwards
+#
+# goverbs runs on the host inside the lab's network namespace (10.77.0.1),
+# the rdma-core programs in the guest (10.77.0.2, device siw0). Each case
+# runs in both directions. The script prints one line per case and a summary,
+# and exits non-zero if any case failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+BIN=${BIN:-/tmp/goverbs-interop}
+COUNT=${COUNT:-100}
+SIZES=${SIZES:-"64 1024 4096 16384 65535"}
+crc=0
+[ "${1:-}" = "--crc" ] && crc=1
+
+export PATH="/usr/local/go/bin:$PATH"
+mkdir -p "$BIN"
+go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
+go build -o "$BIN/rdma_server" ./examples/rdma_server || exit 1
+go build -o "$BIN/rdma_client" ./examples/rdma_client || exit 1
+
+start=$(date +%s)
+"$LAB" status >/dev/null 2>&1 && running=1 || running=0
+if [ "$crc" = 1 ]; then
+	[ "$running" = 1 ] && "$LAB" stop >/dev/null 2>&1
+	SIW_MPA_CRC=1 "$LAB" build >/dev/null || exit 1
+	"$LAB" start >/dev/null || exit 1
+elif [ "$running" = 0 ]; then
+	"$LAB" build >/dev/null || exit 1
+	"$LAB" start >/dev/null || exit 1
+fi
+[ "$crc" = 1 ] && flags="-crc" || flags=""
+
+pass=0; fail=0
+result() { # name rc
+	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else echo "FAIL $1"; fail=$((fail+1)); fi
+}
+guest_bg() { "$LAB" exec "pkill -x rping; pkill -x rdma_server; sleep 0.3; ($1 > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null; sleep 1; }
+guest_rc() { "$LAB" exec 'sleep 0.5; cat /tmp/peer.log' | grep -q '^rc=0'; }
+
+for S in $SIZES; do
+	# goverbs ping client -> rping server (siw)
+	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S"
+	"$LAB" host "$BIN/goverbs ping -c -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S -t 30s $flags" >/tmp/interop.out 2>&1
+	rc=$?; guest_rc || rc=1
+	result "goverbs ping -c  ->  rping -s (siw)   -S $S -C $COUNT -V" $rc
+	# rping client (siw) -> goverbs ping server
+	"$LAB" host "($BIN/goverbs ping -s -a 10.77.0.1 -p 7174 -S $S -t 30s $flags > /tmp/gping.log 2>&1; echo rc=\$? >> /tmp/gping.log) &" >/dev/null
+	sleep 0.5
+	"$LAB" exec "rping -c -a 10.77.0.1 -p 7174 -C $COUNT -V -S $S" >/tmp/interop.out 2>&1
+	rc=$?; sleep 0.5; grep -q '^rc=0' /tmp/gping.log || rc=1
+	result "rping -c (siw)  ->  goverbs ping -s   -S $S -C $COUNT -V" $rc
+done
+
+guest_bg "rdma_server"
+"$LAB" host "$BIN/rdma_client -s 10.77.0.2 -t 30s" >/tmp/interop.out 2>&1
+rc=$?; guest_rc || rc=1
+result "goverbs rdma_client  ->  rdma_server (siw)" $rc
+"$LAB" host "($BIN/rdma_server -a 10.77.0.1 -t 30s > /tmp/grs.log 2>&1; echo rc=\$? >> /tmp/grs.log) &" >/dev/null
+sleep 0.5
+"$LAB" exec "rdma_client -s 10.77.0.1" >/tmp/interop.out 2>&1
+rc=$?; sleep 0.5; grep -q '^rc=0' /tmp/grs.log || rc=1
+result "rdma_client (siw)  ->  goverbs rdma_server" $rc
+
+[ "${KEEP:-0}" = 1 ] || "$LAB" stop >/dev/null 2>&1
+echo "siw interop (MPA CRC $([ $crc = 1 ] && echo required || echo off)): $pass passed, $fail failed, $(( $(date +%s) - start )) s"
+[ "$fail" = 0 ]
