@@ -32,7 +32,9 @@ func init() {
 		Case{Name: "AtomicMisalignedGivesRemInvReqErr", Need: func(c Caps) bool { return c.Atomics }, Run: testAtomicMisalignedGivesRemInvReqErr},
 		Case{Name: "AtomicWithoutPermissionGivesRemAccessErr", Need: func(c Caps) bool { return c.Atomics }, Run: testAtomicWithoutPermissionGivesRemAccessErr},
 		Case{Name: "AtomicFetchAddAndCmpSwapReturnOldValue", Need: func(c Caps) bool { return c.Atomics }, Run: testAtomicFetchAddAndCmpSwapReturnOldValue},
-		Case{Name: "ReadWithZeroIRDGivesRemInvReqErr", Run: testReadWithZeroIRDGivesRemInvReqErr},
+		// IRD is set by Modify here; an iWARP connection negotiates it and
+		// the responder raises its IRD to the initiator's ORD (RFC 6581).
+		Case{Name: "ReadWithZeroIRDGivesRemInvReqErr", Need: func(c Caps) bool { return c.Modify }, Run: testReadWithZeroIRDGivesRemInvReqErr},
 		Case{Name: "RNRRetryExceededGivesRnrRetryExcErr", Need: func(c Caps) bool { return c.RNR }, Run: testRNRRetryExceededGivesRnrRetryExcErr},
 		Case{Name: "RNRInfiniteRetryWaitsForReceive", Need: func(c Caps) bool { return c.RNR }, Run: testRNRInfiniteRetryWaitsForReceive},
 		Case{Name: "PeerNotConnectedGivesRetryExcErr", Need: func(c Caps) bool { return c.Modify }, Run: testPeerNotConnectedGivesRetryExcErr},

@@ -270,6 +270,7 @@ func (c *conn) sendResponses() error {
 			c.hbuf = grow(c.hbuf, wire.AtomicResponseLen+8)[:wire.AtomicResponseLen]
 			wire.PutAtomicResponse(c.hbuf, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
 			c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+			raceRelease()
 			_, err = c.nc.Write(c.hbuf)
 		}
 		c.txMu.Unlock()
@@ -408,6 +409,7 @@ func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 	c.orqMu.Lock()
 	c.orq = append(c.orq, e)
 	c.orqMu.Unlock()
+	raceRelease()
 	if _, err = c.nc.Write(c.hbuf); err != nil {
 		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
 		return engine.Fail(verbs.WCLocQPOpErr)
@@ -421,6 +423,7 @@ func (c *conn) sendImmediate(imm, flags uint32, se bool) error {
 	c.hbuf = grow(c.hbuf, wire.ImmediateLen+8)[:wire.ImmediateLen]
 	wire.PutImmediate(c.hbuf, se, c.nextMSN(wire.QNSend), uint64(imm)<<32|uint64(flags))
 	c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+	raceRelease()
 	_, err := c.nc.Write(c.hbuf)
 	return err
 }
@@ -497,6 +500,7 @@ func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, pl
 	}
 	c.iov = iov
 	c.nb = iov
+	raceRelease()
 	_, err := c.nb.WriteTo(c.nc)
 	return err
 }

@@ -153,6 +153,7 @@ func (c *conn) rxFPDU(s *rxState) error {
 	}
 	h := wire.Header(s.hdr[:hl])
 	copy(h, rd.take(hl))
+	raceAcquire()
 	if herr != nil {
 		var te *wire.TermError
 		if errors.As(herr, &te) {
@@ -421,7 +422,7 @@ func (c *conn) rxReadRequest(s *rxState, h wire.Header) error {
 // queueResp adds a response to the IRQ, which holds at most IRD requests.
 func (c *conn) queueResp(h wire.Header, r resp) error {
 	c.irqMu.Lock()
-	full := len(c.irq) >= max(c.ird, 1)
+	full := len(c.irq) >= c.ird // IRD 0: no inbound reads or atomics at all
 	if !full {
 		c.irq = append(c.irq, r)
 	}
