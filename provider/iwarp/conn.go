@@ -145,6 +145,7 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 		c.maxFPDU = mss(nc)
 	}
 	c.maxFPDU = min(c.maxFPDU, wire.MaxULPDULen+wire.MPALenLen+wire.CRCLen)
+	setDeadPeer(nc, cfg.DeadPeerTimeout)
 	if !passive {
 		c.rxSeen.Store(true) // the initiator speaks first
 	}

@@ -82,10 +82,15 @@ type Config struct {
 	AcceptTimeout time.Duration
 	// Extensions offers the RFC 7306 extensions to goverbs peers.
 	Extensions bool
+	// DeadPeerTimeout bounds how long a peer may stay silent while we have
+	// unacknowledged data or keepalive probes outstanding (TCP_USER_TIMEOUT
+	// and TCP keepalive): a peer that vanished without FIN or RST is
+	// detected within about this time, and the QP is flushed.
+	DeadPeerTimeout time.Duration
 }
 
 // DefaultConfig is the configuration new connections use.
-var DefaultConfig = Config{ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second, Extensions: true}
+var DefaultConfig = Config{ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second, Extensions: true, DeadPeerTimeout: 10 * time.Second}
 
 // maxIRDORD is siw's SIW_MAX_IRD_QP / SIW_MAX_ORD_QP.
 const maxIRDORD = 128
