@@ -36,6 +36,44 @@ type CQ struct {
 
 	refs      atomic.Int32 // QPs and SRQs using the CQ
 	destroyed atomic.Bool
+
+	// pollers drive providers in polled mode: Poll calls them when the ring
+	// is empty (copy-on-write; read with one atomic load).
+	pollers atomic.Pointer[[]Poller]
+	pmu     sync.Mutex
+}
+
+// Poller is a provider's progress function for polled mode: it moves
+// whatever the transport has ready into the engine without blocking.
+type Poller interface{ PollProgress() }
+
+// AddPoller makes Poll call p when the CQ is empty.
+func (cq *CQ) AddPoller(p Poller) {
+	cq.pmu.Lock()
+	defer cq.pmu.Unlock()
+	var n []Poller
+	if old := cq.pollers.Load(); old != nil {
+		n = append(n, *old...)
+	}
+	n = append(n, p)
+	cq.pollers.Store(&n)
+}
+
+// RemovePoller undoes AddPoller.
+func (cq *CQ) RemovePoller(p Poller) {
+	cq.pmu.Lock()
+	defer cq.pmu.Unlock()
+	old := cq.pollers.Load()
+	if old == nil {
+		return
+	}
+	var n []Poller
+	for _, x := range *old {
+		if x != p {
+			n = append(n, x)
+		}
+	}
+	cq.pollers.Store(&n)
 }
 
 type cqSlot struct {
@@ -116,8 +154,22 @@ func (cq *CQ) signal(solicited bool) {
 	}
 }
 
-// Poll implements verbs.CQDriver.
+// Poll implements verbs.CQDriver. When the ring is empty it lets the
+// providers' pollers make progress (polled mode) and looks again.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
+	n, err := cq.poll(wc)
+	if n == 0 && err == nil && len(wc) > 0 {
+		if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 {
+			for _, p := range *ps {
+				p.PollProgress()
+			}
+			n, err = cq.poll(wc)
+		}
+	}
+	return n, err
+}
+
+func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 	n := 0
 	for n < len(wc) {
 		pos := cq.head.Load()

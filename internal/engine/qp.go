@@ -500,21 +500,36 @@ func (q *QP) retire() {
 	}
 }
 
-// Complete finishes a request that Transmit left Pending. A stale request
-// (flushed meanwhile, or its slot reused) is ignored. An error status moves
-// the QP to ERR.
+// Complete finishes a request that Transmit left Pending and then transmits
+// what that released (a fence, the ORD limit). A stale request (flushed
+// meanwhile, or its slot reused) is ignored. An error status moves the QP
+// to ERR.
 func (q *QP) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
+	if q.CompleteDeferred(w, seq, status) {
+		q.progress()
+	}
+}
+
+// Progress transmits whatever the send queue can send now.
+func (q *QP) Progress() { q.progress() }
+
+// CompleteDeferred is Complete without the transmitting: it reports whether
+// queued requests may now be sendable, in which case the wire must call
+// Progress from a goroutine that may block on the transport. A receiving
+// goroutine uses it, since blocking it on the send side could deadlock two
+// peers.
+func (q *QP) CompleteDeferred(w *WQE, seq uint64, status verbs.WCStatus) bool {
 	q.mu.Lock()
 	if w.seq == seq && w.state == wqeTx {
 		// The wire finished the request before Transmit returned Pending:
 		// txResult completes it.
 		w.early, w.earlySt = true, status
 		q.mu.Unlock()
-		return
+		return false
 	}
 	if w.seq != seq || w.state != wqePending {
 		q.mu.Unlock()
-		return
+		return false
 	}
 	w.state, w.status = wqeDone, status
 	if w.rdAtomic {
@@ -525,8 +540,9 @@ func (q *QP) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
 		q.enterErr()
 	}
 	q.retire()
+	more := q.sq.next != q.sq.tail
 	q.mu.Unlock()
-	q.progress() // a fence or the ORD limit may have been released
+	return more
 }
 
 // Kick resumes a send queue stalled by Transmit (the responder posted a receive, an RNR timer expired).
@@ -923,3 +939,6 @@ func (q *QP) Ready(access verbs.AccessFlags) error {
 	q.setState(verbs.QPSInit)
 	return nil
 }
+
+// CQs returns the QP's send and receive CQs (for a wire's polled mode).
+func (q *QP) CQs() (send, recv *CQ) { return q.scq, q.rcq }

@@ -198,7 +198,9 @@ func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
 		// remote access is governed by the memory regions.
 		q.Ready(verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
 	}
-	c.start()
+	if err := c.start(); err != nil {
+		return err
+	}
 	if err := q.Establish(c, uint8(n.IRD), uint8(n.ORD)); err != nil {
 		c.close(err, nil)
 		<-c.done

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -121,7 +122,14 @@ type conn struct {
 	irq    []resp
 	txWake chan struct{}
 
-	rx rxState // the receive goroutine's state
+	rx           rxState // the receive side, under rxMu
+	rxMu         sync.Mutex
+	raw          syscall.RawConn
+	pollFn       func(fd uintptr)
+	pollErr      error
+	needProgress atomic.Bool // the transmit goroutine should call QP.Progress
+	lastPoll     atomic.Int64 // nowNanos of the last PollProgress
+	scq, rcq     *engine.CQ
 
 	// lifetime
 	once   sync.Once
@@ -149,12 +157,32 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 	if !passive {
 		c.rxSeen.Store(true) // the initiator speaks first
 	}
+	c.pollFn = c.pollFD
+	for i := range c.rx.msn {
+		c.rx.msn[i] = 1
+	}
 	return c
 }
 
-func (c *conn) start() {
+// start runs the connection's goroutines and joins its CQs' polled mode.
+func (c *conn) start() error {
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("iwarp: %T has no file descriptor", c.nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	c.raw = raw
+	c.scq, c.rcq = c.q.CQs()
+	c.scq.AddPoller(c)
+	if c.rcq != c.scq {
+		c.rcq.AddPoller(c)
+	}
 	go c.rxLoop()
 	go c.txLoop()
+	return nil
 }
 
 // payloadMax is the payload of one FPDU with a header of hdrLen bytes.
@@ -220,6 +248,10 @@ func (c *conn) txLoop() {
 	for {
 		select {
 		case <-c.txWake:
+			if c.needProgress.Swap(false) {
+				c.q.Kick() // a send queue stalled on the MPA start-up rule
+				c.q.Progress()
+			}
 			if err := c.sendResponses(); err != nil {
 				c.fail(fmt.Errorf("iwarp: send: %w", err), nil, nil)
 			}
@@ -231,6 +263,8 @@ func (c *conn) txLoop() {
 			c.txMu.Unlock()
 			c.nc.Close()
 			<-c.rxDone
+			c.scq.RemovePoller(c)
+			c.rcq.RemovePoller(c)
 			return
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"syscall"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // stageSize bounds what one read may bring in ahead of the header being
@@ -17,79 +19,43 @@ import (
 // straight into their target memory.
 const stageSize = 4096
 
-// reader is the receive side of the stream: a small staging buffer for
-// headers (and whatever payload came with them) and direct reads for the rest.
-type reader struct {
-	nc   net.Conn
+// The receive side is a resumable state machine over non-blocking reads
+// (pump), so that two drivers can share it: the connection's goroutine,
+// woken by the netpoller when the socket is readable (automatic progress),
+// and the application's CQ.Poll when the CQ is empty (polled mode: no
+// wake-up of a parked goroutine on the latency path). rxMu serialises them.
+
+type rxPhase uint8
+
+const (
+	phHeader rxPhase = iota
+	phPayload
+	phTrailer
+)
+
+// errWouldBlock: the socket has no more bytes now.
+var errWouldBlock = errors.New("iwarp: would block")
+
+var errStop = errors.New("iwarp: receive stopped")
+
+// rxState is the receive side's DDP/RDMAP state; it is used under rxMu.
+type rxState struct {
 	buf  [stageSize]byte
 	r, w int
 	crc  wire.CRC
-}
 
-// need makes at least n bytes (n <= stageSize) available at buf[r:].
-func (rd *reader) need(n int) error {
-	if rd.w-rd.r >= n {
-		return nil
-	}
-	if rd.r > 0 {
-		rd.w = copy(rd.buf[:], rd.buf[rd.r:rd.w])
-		rd.r = 0
-	}
-	for rd.w < n {
-		k, err := rd.nc.Read(rd.buf[rd.w:])
-		rd.w += k
-		if err != nil {
-			if rd.w >= n {
-				return nil
-			}
-			return err
-		}
-	}
-	return nil
-}
+	phase rxPhase
+	hdr   [96]byte
+	h     wire.Header
+	ulen  int
+	// payload destination of the current FPDU
+	dst     [][]byte
+	dstBuf  [][]byte // backing store of dst
+	left    int
+	discard bool
+	term    [128]byte // a Terminate's attached headers
+	termLen int
 
-// take returns the next n buffered bytes (after need(n)).
-func (rd *reader) take(n int) []byte {
-	b := rd.buf[rd.r : rd.r+n]
-	rd.r += n
-	return b
-}
-
-// readInto fills dst from the staging buffer, then straight from the socket.
-func (rd *reader) readInto(dst []byte, crc bool) error {
-	k := copy(dst, rd.buf[rd.r:rd.w])
-	rd.r += k
-	if k < len(dst) {
-		if _, err := io.ReadFull(rd.nc, dst[k:]); err != nil {
-			return err
-		}
-	}
-	if crc {
-		rd.crc.Update(dst)
-	}
-	return nil
-}
-
-// discard consumes n bytes (the payload of a zero-length-target segment).
-func (rd *reader) discard(n int, crc bool) error {
-	for n > 0 {
-		if err := rd.need(1); err != nil {
-			return err
-		}
-		k := min(n, rd.w-rd.r)
-		if crc {
-			rd.crc.Update(rd.buf[rd.r : rd.r+k])
-		}
-		rd.r += k
-		n -= k
-	}
-	return nil
-}
-
-// rxState is the receive side's DDP/RDMAP state; only the receive goroutine uses it.
-type rxState struct {
-	rd  reader
-	hdr [96]byte
 	msn [4]uint32 // expected MSN per queue number
 
 	// the untagged (Send) message being received
@@ -107,53 +73,265 @@ type rxState struct {
 
 	immPending bool
 	imm        uint32
+
+	bulk bool // the last FPDU carried a large payload
 }
 
-var errStop = errors.New("iwarp: receive stopped")
-
-func (c *conn) rxLoop() {
-	defer close(c.rxDone)
-	s := &c.rx
-	s.rd.nc = c.nc
-	for i := range s.msn {
-		s.msn[i] = 1
+// fill makes n (<= stageSize) bytes available in the staging buffer.
+func (s *rxState) fill(fd, n int) error {
+	if s.w-s.r >= n {
+		return nil
 	}
-	for {
-		err := c.rxFPDU(s)
-		if err == nil {
+	if s.r > 0 && len(s.buf)-s.r < n+64 {
+		s.w = copy(s.buf[:], s.buf[s.r:s.w])
+		s.r = 0
+	}
+	for s.w-s.r < n {
+		k, err := readNB(fd, s.buf[s.w:])
+		if k > 0 {
+			s.w += k
 			continue
 		}
-		if err != errStop {
-			select {
-			case <-c.dying: // we closed it
-			default:
-				if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err) {
-					err = ErrDisconnected
-				} else {
-					err = fmt.Errorf("iwarp: receive: %w", err)
-				}
-				c.fail(err, nil, nil)
-			}
+		return err
+	}
+	return nil
+}
+
+// readNB is one non-blocking read: errWouldBlock when nothing is there,
+// io.EOF at the end of the stream.
+func readNB(fd int, b []byte) (int, error) {
+	for {
+		k, err := unix.Read(fd, b)
+		switch {
+		case k > 0:
+			return k, nil
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return 0, errWouldBlock
+		case err == nil:
+			return 0, io.EOF
 		}
-		return
+		return 0, err
 	}
 }
 
-// rxFPDU reads and processes one FPDU.
-func (c *conn) rxFPDU(s *rxState) error {
-	rd := &s.rd
-	if err := rd.need(4); err != nil {
-		return err
+// Tuning of the receive goroutine.
+const (
+	// While the application polls its CQ (polled mode) the goroutine only
+	// checks back every pollerIdle: the application's poll loop reads the
+	// socket, and waking the goroutine for each message would cost a
+	// context switch per message.
+	pollerIdle = 500 * time.Microsecond
+	// During a bulk transfer the goroutine busy-reads for up to bulkSpin
+	// before parking: the next chunk is usually microseconds away, while a
+	// wake-up of a parked goroutine costs tens of microseconds here.
+	bulkSpin = 50 * time.Microsecond
+	bulkFPDU = 16 << 10 // an FPDU payload at least this large marks a bulk transfer
+)
+
+// rxLoop is the connection's receive goroutine: it waits for the socket to
+// be readable and pumps.
+func (c *conn) rxLoop() {
+	defer close(c.rxDone)
+	var perr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		if c.polling() {
+			// Readiness seen while asleep is kept by the netpoller, so
+			// returning false here loses nothing.
+			time.Sleep(pollerIdle)
+			if c.polling() {
+				return false
+			}
+		}
+		c.rxMu.Lock()
+		perr = c.pump(int(fd))
+		c.rxMu.Unlock()
+		if perr == errWouldBlock && c.rx.bulk {
+			for start := time.Now(); perr == errWouldBlock && time.Since(start) < bulkSpin; {
+				c.rxMu.Lock()
+				perr = c.pump(int(fd))
+				c.rxMu.Unlock()
+			}
+		}
+		return perr != errWouldBlock
+	})
+	if perr == errWouldBlock || perr == nil {
+		perr = err
 	}
-	pre := rd.buf[rd.r : rd.r+4]
-	ulen := int(binary.BigEndian.Uint16(pre))
-	hl, herr := wire.HeaderLen(pre[2], pre[3])
-	if err := rd.need(hl); err != nil {
-		return err
+	c.rxFailed(perr)
+}
+
+// PollProgress implements engine.Poller: polled mode's non-blocking pump,
+// called by CQ.Poll on the application's goroutine.
+func (c *conn) PollProgress() {
+	c.lastPoll.Store(nowNanos())
+	if !c.rxMu.TryLock() {
+		return // the receive goroutine is at it
 	}
-	h := wire.Header(s.hdr[:hl])
-	copy(h, rd.take(hl))
-	raceAcquire()
+	var perr error
+	c.raw.Control(c.pollFn)
+	perr, c.pollErr = c.pollErr, nil
+	c.rxMu.Unlock()
+	if perr != errWouldBlock && perr != nil {
+		c.rxFailed(perr)
+	}
+}
+
+func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd)) }
+
+var epoch = time.Now()
+
+func nowNanos() int64 { return int64(time.Since(epoch)) }
+
+// polling reports whether the application polled the connection's CQs within pollerIdle.
+func (c *conn) polling() bool {
+	return nowNanos()-c.lastPoll.Load() < int64(pollerIdle)
+}
+
+// rxFailed ends the connection after a receive error.
+func (c *conn) rxFailed(err error) {
+	if err == errStop {
+		return // a Terminate was sent; the connection is already failing
+	}
+	select {
+	case <-c.dying: // we closed it
+		return
+	default:
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		err = ErrDisconnected
+	} else {
+		err = fmt.Errorf("iwarp: receive: %w", err)
+	}
+	c.fail(err, nil, nil)
+}
+
+// pump processes everything the socket has now. It returns errWouldBlock
+// when it needs more bytes, errStop after a protocol error (a Terminate is
+// on its way), or the I/O error.
+func (c *conn) pump(fd int) error {
+	s := &c.rx
+	for {
+		switch s.phase {
+		case phHeader:
+			if err := s.fill(fd, 4); err != nil {
+				return err
+			}
+			pre := s.buf[s.r : s.r+4]
+			s.ulen = int(binary.BigEndian.Uint16(pre))
+			hl, herr := wire.HeaderLen(pre[2], pre[3])
+			if err := s.fill(fd, hl); err != nil {
+				return err
+			}
+			s.h = wire.Header(s.hdr[:hl])
+			copy(s.h, s.buf[s.r:s.r+hl])
+			s.r += hl
+			raceAcquire()
+			if err := c.rxHeader(s, hl, herr); err != nil {
+				return err
+			}
+			s.phase = phPayload
+		case phPayload:
+			if err := c.rxPayload(fd, s); err != nil {
+				return err
+			}
+			s.phase = phTrailer
+		case phTrailer:
+			pad := wire.Pad(s.ulen)
+			if err := s.fill(fd, pad+wire.CRCLen); err != nil {
+				return err
+			}
+			t := s.buf[s.r : s.r+pad+wire.CRCLen]
+			s.r += pad + wire.CRCLen
+			if c.crc {
+				s.crc.Update(t[:pad])
+				if s.crc.Sum() != wire.TrailerCRC(t[pad:]) {
+					c.terminate(wire.TermMPA(wire.MPACRCError), nil, nil, "CRC mismatch")
+					return errStop
+				}
+			}
+			s.phase = phHeader
+			if !c.rxSeen.Load() {
+				c.rxSeen.Store(true)
+				c.progressLater() // the responder may now transmit
+			}
+			if err := c.rxFinish(s, s.h); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rxPayload places the current FPDU's payload: first what is in the staging
+// buffer, then straight from the socket into the destination.
+func (c *conn) rxPayload(fd int, s *rxState) error {
+	for s.left > 0 {
+		if s.discard {
+			if s.r == s.w {
+				k, err := readNB(fd, s.buf[:min(len(s.buf), s.left)])
+				if err != nil {
+					return err
+				}
+				s.r, s.w = 0, k
+			}
+			k := min(s.w-s.r, s.left)
+			if c.crc {
+				s.crc.Update(s.buf[s.r : s.r+k])
+			}
+			s.r += k
+			s.left -= k
+			continue
+		}
+		d := s.dst[0]
+		var k int
+		if s.r < s.w {
+			k = copy(d, s.buf[s.r:s.w])
+			s.r += k
+		} else {
+			var err error
+			if k, err = readNB(fd, d); err != nil {
+				return err
+			}
+		}
+		if c.crc {
+			s.crc.Update(d[:k])
+		}
+		s.left -= k
+		if k == len(d) {
+			s.dst = s.dst[1:]
+		} else {
+			s.dst[0] = d[k:]
+		}
+	}
+	return nil
+}
+
+// setDst makes n bytes of the segment list segs, from byte offset off, the
+// destination of the current payload.
+func (s *rxState) setDst(segs [][]byte, off, n int) {
+	d := s.dstBuf[:0]
+	for _, seg := range segs {
+		if n == 0 {
+			break
+		}
+		if off >= len(seg) {
+			off -= len(seg)
+			continue
+		}
+		k := min(len(seg)-off, n)
+		d = append(d, seg[off:off+k])
+		n -= k
+		off = 0
+	}
+	s.dstBuf = d
+	s.dst = d
+}
+
+// rxHeader checks a complete FPDU header and prepares the payload's
+// placement (or handles a message that has no payload).
+func (c *conn) rxHeader(s *rxState, hl int, herr error) error {
+	h := s.h
 	if herr != nil {
 		var te *wire.TermError
 		if errors.As(herr, &te) {
@@ -167,67 +345,59 @@ func (c *conn) rxFPDU(s *rxState) error {
 		c.terminate(*te, h, nil, "header check")
 		return errStop
 	}
-	plen := ulen - (hl - wire.MPALenLen)
+	plen := s.ulen - (hl - wire.MPALenLen)
 	if plen < 0 {
 		c.terminate(wire.TermDDPCatastrophic(), h, nil, "ULPDU shorter than its header")
 		return errStop
 	}
 	if c.crc {
-		rd.crc.Reset()
-		rd.crc.Update(h)
+		s.crc.Reset()
+		s.crc.Update(h)
 	}
-	var err error
+	s.left, s.discard, s.dst = plen, false, nil
+	s.bulk = plen >= bulkFPDU
 	switch op := h.Opcode(); op {
 	case wire.OpWrite:
-		err = c.rxWrite(s, h, plen)
+		return c.rxWrite(s, h, plen)
 	case wire.OpReadResponse:
-		err = c.rxReadResponse(s, h, plen)
+		return c.rxReadResponse(s, h, plen)
 	case wire.OpSend, wire.OpSendSE, wire.OpSendInv, wire.OpSendSEInv:
-		err = c.rxSend(s, h, plen)
+		return c.rxSend(s, h, plen)
 	case wire.OpReadRequest:
-		err = c.rxReadRequest(s, h)
+		return c.rxReadRequest(s, h)
 	case wire.OpTerminate:
-		c.rxTerminate(s, h, plen)
-		return errStop
+		// The attached headers are collected and the Terminate handled in rxFinish.
+		s.termLen = 0
+		if plen > len(s.term) {
+			s.discard = true
+		} else {
+			s.termLen = plen
+			s.setDst([][]byte{s.term[:plen]}, 0, plen)
+		}
+		return nil
 	case wire.OpImmediate, wire.OpImmediateSE:
-		err = c.rxImmediate(s, h)
+		return c.rxImmediate(s, h)
 	case wire.OpAtomicRequest:
-		err = c.rxAtomicRequest(s, h)
+		return c.rxAtomicRequest(s, h)
 	case wire.OpAtomicResponse:
-		err = c.rxAtomicResponse(s, h)
+		return c.rxAtomicResponse(s, h)
 	default:
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode), h, nil, op.String())
 		return errStop
 	}
-	if err != nil {
-		return err
-	}
-	// pad and CRC
-	pad := wire.Pad(ulen)
-	if err := rd.need(pad + wire.CRCLen); err != nil {
-		return err
-	}
-	t := rd.take(pad + wire.CRCLen)
-	if c.crc {
-		rd.crc.Update(t[:pad])
-		if rd.crc.Sum() != wire.TrailerCRC(t[pad:]) {
-			c.terminate(wire.TermMPA(wire.MPACRCError), nil, nil, "CRC mismatch")
-			return errStop
-		}
-	}
-	if !c.rxSeen.Load() {
-		c.rxSeen.Store(true)
-		c.q.Kick() // the responder may now transmit
-	}
-	return c.rxFinish(s, h)
 }
 
 // rxFinish completes a message whose last FPDU has been read and checked.
 func (c *conn) rxFinish(s *rxState, h wire.Header) error {
+	op := h.Opcode()
+	if op == wire.OpTerminate {
+		c.rxTerminate(s, h)
+		return errStop
+	}
 	if !h.Last() {
 		return nil
 	}
-	switch op := h.Opcode(); op {
+	switch op {
 	case wire.OpWrite:
 		s.tagActive = false
 	case wire.OpReadResponse:
@@ -241,11 +411,11 @@ func (c *conn) rxFinish(s *rxState, h wire.Header) error {
 			c.terminate(wire.TermDDPTagged(wire.DDPTagBaseBounds), h, nil, "short Read Response")
 			return errStop
 		}
-		c.q.Complete(e.w, e.seq, verbs.WCSuccess)
+		c.complete(e.w, e.seq, verbs.WCSuccess)
 	case wire.OpSend, wire.OpSendSE, wire.OpSendInv, wire.OpSendSEInv:
 		s.sendActive = false
 		s.msn[wire.QNSend]++
-		wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(s.got), SrcQP: 0}
+		wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(s.got)}
 		if s.immPending {
 			wc.Flags |= verbs.WCFlagWithImm
 			wc.ImmData = s.imm
@@ -265,6 +435,20 @@ func (c *conn) rxFinish(s *rxState, h wire.Header) error {
 		c.q.CompleteRecv(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv)
 	}
 	return nil
+}
+
+// complete finishes a request of the ORQ; what it releases is sent by the
+// transmit goroutine, never by the receive side.
+func (c *conn) complete(w *engine.WQE, seq uint64, st verbs.WCStatus) {
+	if c.q.CompleteDeferred(w, seq, st) {
+		c.progressLater()
+	}
+}
+
+// progressLater asks the transmit goroutine to send what the QP can send.
+func (c *conn) progressLater() {
+	c.needProgress.Store(true)
+	c.wakeTx()
 }
 
 func tagFault(f engine.Fault) wire.TermError {
@@ -296,9 +480,7 @@ func (c *conn) rxWrite(s *rxState, h wire.Header, plen int) error {
 		c.terminate(tagFault(f), h, evp(verbs.EventQPAccessErr), "RDMA Write: "+f.String())
 		return errStop
 	}
-	if err := s.rd.readInto(dst, c.crc); err != nil {
-		return err
-	}
+	s.setDst([][]byte{dst}, 0, plen)
 	s.tagNext = to + uint64(plen)
 	s.writeLen += plen
 	return nil
@@ -310,44 +492,21 @@ func (c *conn) rxReadResponse(s *rxState, h wire.Header, plen int) error {
 	if len(c.orq) > 0 && !c.orq[0].atomic {
 		e = &c.orq[0]
 	}
+	ok := e != nil && h.STag() == e.stag && h.TO() == e.to+uint64(e.got) && int(e.got)+plen <= int(e.size)
+	if ok {
+		s.setDst(e.sink, int(e.got), plen)
+		e.got += uint32(plen)
+	}
 	c.orqMu.Unlock()
 	if e == nil {
 		c.terminate(wire.TermDDPTagged(wire.DDPTagInvalidSTag), h, nil, "Read Response without a Read")
 		return errStop
 	}
-	// Only this goroutine changes e.got, and e stays at the head until completed.
-	if h.STag() != e.stag || h.TO() != e.to+uint64(e.got) || int(e.got)+plen > int(e.size) {
+	if !ok {
 		c.terminate(wire.TermDDPTagged(wire.DDPTagBaseBounds), h, nil, "Read Response does not match the Read")
 		return errStop
 	}
-	if err := c.placeSegs(s, e.sink, int(e.got), plen); err != nil {
-		return err
-	}
-	e.got += uint32(plen)
 	s.tagActive = !h.Last()
-	return nil
-}
-
-// placeSegs reads n bytes into the segment list at byte offset off.
-func (c *conn) placeSegs(s *rxState, segs [][]byte, off, n int) error {
-	for _, seg := range segs {
-		if n == 0 {
-			break
-		}
-		if off >= len(seg) {
-			off -= len(seg)
-			continue
-		}
-		k := min(len(seg)-off, n)
-		if err := s.rd.readInto(seg[off:off+k], c.crc); err != nil {
-			return err
-		}
-		n -= k
-		off = 0
-	}
-	if n > 0 { // callers check lengths first
-		return s.rd.discard(n, c.crc)
-	}
 	return nil
 }
 
@@ -388,9 +547,7 @@ func (c *conn) rxSend(s *rxState, h wire.Header, plen int) error {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagNoBuffer), h, nil, "message longer than the receive buffer")
 		return errStop
 	}
-	if err := c.placeSegs(s, s.recvSegs, s.got, plen); err != nil {
-		return err
-	}
+	s.setDst(s.recvSegs, s.got, plen)
 	s.got += plen
 	return nil
 }
@@ -404,19 +561,22 @@ func (c *conn) rxReadRequest(s *rxState, h wire.Header) error {
 	rr := h.ReadRequest()
 	src, f := c.q.ResolveRemote(rr.SrcSTag(), rr.SrcTO(), rr.Size(), verbs.AccessRemoteRead)
 	if f != engine.FaultNone {
-		code := wire.RDMAPInvalidSTag
-		switch f {
-		case engine.FaultBounds:
-			code = wire.RDMAPBaseBounds
-		case engine.FaultAccess:
-			code = wire.RDMAPAccessRights
-		case engine.FaultPD:
-			code = wire.RDMAPSTagNotAssociated
-		}
-		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, code), h, evp(verbs.EventQPAccessErr), "RDMA Read: "+f.String())
+		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, protCode(f)), h, evp(verbs.EventQPAccessErr), "RDMA Read: "+f.String())
 		return errStop
 	}
 	return c.queueResp(h, resp{kind: respRead, src: src, stag: rr.SinkSTag(), to: rr.SinkTO()})
+}
+
+func protCode(f engine.Fault) wire.RDMAPCode {
+	switch f {
+	case engine.FaultBounds, engine.FaultAlign:
+		return wire.RDMAPBaseBounds
+	case engine.FaultAccess:
+		return wire.RDMAPAccessRights
+	case engine.FaultPD:
+		return wire.RDMAPSTagNotAssociated
+	}
+	return wire.RDMAPInvalidSTag
 }
 
 // queueResp adds a response to the IRQ, which holds at most IRD requests.
@@ -481,18 +641,17 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 	if op == verbs.WRAtomicCmpAndSwp {
 		cmpAdd, swap = a.Compare(), a.AddSwap()
 	}
+	// Refuse an atomic beyond IRD before executing it. Only this goroutine
+	// adds to the IRQ, so it cannot fill up between here and queueResp.
+	c.irqMu.Lock()
+	full := len(c.irq) >= c.ird
+	c.irqMu.Unlock()
+	if full {
+		return c.queueResp(h, resp{})
+	}
 	orig, f := c.q.Atomic(a.STag(), a.TO(), op, cmpAdd, swap)
 	if f != engine.FaultNone {
-		code := wire.RDMAPInvalidSTag
-		switch f {
-		case engine.FaultBounds, engine.FaultAlign:
-			code = wire.RDMAPBaseBounds
-		case engine.FaultAccess:
-			code = wire.RDMAPAccessRights
-		case engine.FaultPD:
-			code = wire.RDMAPSTagNotAssociated
-		}
-		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, code), h, evp(verbs.EventQPAccessErr), "atomic: "+f.String())
+		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, protCode(f)), h, evp(verbs.EventQPAccessErr), "atomic: "+f.String())
 		return errStop
 	}
 	return c.queueResp(h, resp{kind: respAtomic, reqID: a.ReqID(), orig: orig})
@@ -520,44 +679,28 @@ func (c *conn) rxAtomicResponse(s *rxState, h wire.Header) error {
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], h.AtomicResponse().Orig())
 	engine.CopyInto(e.sink, 0, b[:])
-	// The trailer is checked before rxFinish, but an atomic response is a
-	// single FPDU: complete after the CRC check by deferring to rxFinish
-	// would need more state; the CRC of 32 header bytes was already fed.
-	c.q.Complete(e.w, e.seq, verbs.WCSuccess)
+	c.complete(e.w, e.seq, verbs.WCSuccess)
 	return nil
 }
 
-// rxTerminate handles a Terminate from the peer: log-level details go into
-// the error; the connection ends and everything outstanding is flushed. A
-// Terminate that reports a protection error on one of our Read Requests
-// completes that Read with REM_ACCESS_ERR.
-func (c *conn) rxTerminate(s *rxState, h wire.Header, plen int) {
-	info, _ := wire.ParseTerminate(h)
-	var body []byte
-	if plen > 0 && plen <= stageSize {
-		if s.rd.need(plen) == nil {
-			body = s.rd.take(plen)
-		}
-	}
-	if len(body) > 0 { // attached headers follow the control word
-		full := append(append([]byte(nil), h...), body...)
-		info, _ = wire.ParseTerminate(wire.Header(full))
-	}
+// rxTerminate handles a Terminate from the peer: the connection ends and
+// everything outstanding is flushed. A Terminate that reports an error on
+// one of our Read Requests (it attaches the request's header) completes
+// that Read with REM_ACCESS_ERR (protection errors) or REM_OP_ERR.
+func (c *conn) rxTerminate(s *rxState, h wire.Header) {
+	full := append(append(make([]byte, 0, len(h)+s.termLen), h...), s.term[:s.termLen]...)
+	info, _ := wire.ParseTerminate(wire.Header(full))
 	err := &TerminateError{Cause: info.RFC.Cause, Info: fmt.Sprintf("in siw's bit order: %v", info.Swapped.Cause)}
 	if len(info.RDMAPHdr) >= wire.ReadRequestBodyLen {
 		rr := wire.ReadRequest(info.RDMAPHdr)
 		c.orqMu.Lock()
-		var e *orqEntry
-		for i := range c.orq {
-			if !c.orq[i].atomic && c.orq[i].stag == rr.SinkSTag() && c.orq[i].to == rr.SinkTO() {
-				e = &c.orq[i]
-				break
-			}
-		}
 		var w *engine.WQE
 		var seq uint64
-		if e != nil {
-			w, seq = e.w, e.seq
+		for i := range c.orq {
+			if e := &c.orq[i]; !e.atomic && e.stag == rr.SinkSTag() && e.to == rr.SinkTO() {
+				w, seq = e.w, e.seq
+				break
+			}
 		}
 		c.orqMu.Unlock()
 		if w != nil {
@@ -570,14 +713,9 @@ func (c *conn) rxTerminate(s *rxState, h wire.Header, plen int) {
 				}
 			}
 			c.close(err, nil)
-			c.q.Complete(w, seq, st)
+			c.complete(w, seq, st)
 			return
 		}
 	}
 	c.fail(err, nil, nil)
-}
-
-func isReset(err error) bool {
-	var ne *net.OpError
-	return errors.As(err, &ne)
 }
