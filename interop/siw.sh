@@ -29,11 +29,11 @@ start=$(date +%s)
 "$LAB" status >/dev/null 2>&1 && running=1 || running=0
 if [ "$crc" = 1 ]; then
 	[ "$running" = 1 ] && "$LAB" stop >/dev/null 2>&1
-	SIW_MPA_CRC=1 "$LAB" build >/dev/null || exit 1
-	"$LAB" start >/dev/null || exit 1
+	SIW_MPA_CRC=1 "$LAB" build >/dev/null 2>&1 || exit 1
+	"$LAB" start >/dev/null 2>&1 || exit 1
 elif [ "$running" = 0 ]; then
-	"$LAB" build >/dev/null || exit 1
-	"$LAB" start >/dev/null || exit 1
+	"$LAB" build >/dev/null 2>&1 || exit 1
+	"$LAB" start >/dev/null 2>&1 || exit 1
 fi
 [ "$crc" = 1 ] && flags="-crc" || flags=""
 
@@ -41,31 +41,41 @@ pass=0; fail=0
 result() { # name rc
 	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else echo "FAIL $1"; fail=$((fail+1)); fi
 }
-guest_bg() { "$LAB" exec "pkill -x rping; pkill -x rdma_server; sleep 0.3; ($1 > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null; sleep 1; }
-guest_rc() { "$LAB" exec 'sleep 0.5; cat /tmp/peer.log' | grep -q '^rc=0'; }
+# guest_bg CMD PORT: run a server in the guest and wait until it listens.
+guest_bg() {
+	"$LAB" exec "pkill -x rping; pkill -x rdma_server; sleep 0.3; rm -f /tmp/peer.log; (timeout 120 $1 > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null
+	"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':$2 ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
+}
+# guest_rc: wait for the guest server to exit and check its status.
+guest_rc() { "$LAB" exec 'for i in $(seq 100); do grep -q "^rc=" /tmp/peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/peer.log' | grep -q '^rc=0'; }
+# host_bg CMD LOG PORT: run a goverbs server on the host side and wait until it listens.
+host_bg() {
+	rm -f "$2"
+	"$LAB" host "(timeout 120 $1 > $2 2>&1; echo rc=\$? >> $2) &" >/dev/null
+	"$LAB" host "for i in \$(seq 100); do ss -ltn | grep -q ':$3 ' && exit 0; sleep 0.05; done; exit 1" >/dev/null
+}
+host_rc() { for i in $(seq 100); do grep -q '^rc=' "$1" 2>/dev/null && break; sleep 0.1; done; grep -q '^rc=0' "$1"; }
 
 for S in $SIZES; do
 	# goverbs ping client -> rping server (siw)
-	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S"
+	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S" 7174
 	"$LAB" host "$BIN/goverbs ping -c -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S -t 30s $flags" >/tmp/interop.out 2>&1
 	rc=$?; guest_rc || rc=1
 	result "goverbs ping -c  ->  rping -s (siw)   -S $S -C $COUNT -V" $rc
 	# rping client (siw) -> goverbs ping server
-	"$LAB" host "($BIN/goverbs ping -s -a 10.77.0.1 -p 7174 -S $S -t 30s $flags > /tmp/gping.log 2>&1; echo rc=\$? >> /tmp/gping.log) &" >/dev/null
-	sleep 0.5
-	"$LAB" exec "rping -c -a 10.77.0.1 -p 7174 -C $COUNT -V -S $S" >/tmp/interop.out 2>&1
-	rc=$?; sleep 0.5; grep -q '^rc=0' /tmp/gping.log || rc=1
+	host_bg "$BIN/goverbs ping -s -a 10.77.0.1 -p 7174 -S $S -t 30s $flags" /tmp/gping.log 7174
+	"$LAB" exec "timeout 120 rping -c -a 10.77.0.1 -p 7174 -C $COUNT -V -S $S" >/tmp/interop.out 2>&1
+	rc=$?; host_rc /tmp/gping.log || rc=1
 	result "rping -c (siw)  ->  goverbs ping -s   -S $S -C $COUNT -V" $rc
 done
 
-guest_bg "rdma_server"
+guest_bg "rdma_server" 7471
 "$LAB" host "$BIN/rdma_client -s 10.77.0.2 -t 30s" >/tmp/interop.out 2>&1
 rc=$?; guest_rc || rc=1
 result "goverbs rdma_client  ->  rdma_server (siw)" $rc
-"$LAB" host "($BIN/rdma_server -a 10.77.0.1 -t 30s > /tmp/grs.log 2>&1; echo rc=\$? >> /tmp/grs.log) &" >/dev/null
-sleep 0.5
-"$LAB" exec "rdma_client -s 10.77.0.1" >/tmp/interop.out 2>&1
-rc=$?; sleep 0.5; grep -q '^rc=0' /tmp/grs.log || rc=1
+host_bg "$BIN/rdma_server -a 10.77.0.1 -t 30s" /tmp/grs.log 7471
+"$LAB" exec "timeout 120 rdma_client -s 10.77.0.1" >/tmp/interop.out 2>&1
+rc=$?; host_rc /tmp/grs.log || rc=1
 result "rdma_client (siw)  ->  goverbs rdma_server" $rc
 
 [ "${KEEP:-0}" = 1 ] || "$LAB" stop >/dev/null 2>&1

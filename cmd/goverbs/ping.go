@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -45,8 +46,12 @@ func ping(args []string) error {
 	fs.BoolVar(&o.verify, "V", false, "validate ping data")
 	fs.BoolVar(&o.debug, "d", false, "debug printfs")
 	fs.DurationVar(&o.timeout, "t", 30*time.Second, "timeout for each step (goverbs addition)")
+	crc := fs.Bool("crc", false, "ask for MPA CRC32C (goverbs addition; CRC is on when either side asks)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *crc {
+		iwarp.DefaultConfig.CRC = true
 	}
 	if o.server == o.client {
 		return errors.New("ping: give exactly one of -s and -c")

@@ -122,8 +122,9 @@ type QP struct {
 	draining  bool
 	destroyed bool
 
-	rxMu sync.Mutex
-	rx   RecvCtx
+	rxMu    sync.Mutex
+	rx      RecvCtx
+	rxTaken bool // rx holds a receive taken but not completed (guarded by rqMu)
 }
 
 // CreateQP implements verbs.PDDriver.
@@ -583,6 +584,12 @@ func (q *QP) fail(ev *verbs.EventType) {
 func (q *QP) enterErr() {
 	q.rqMu.Lock()
 	q.setState(verbs.QPSErr) // under rqMu too, so that PostRecv sees ERR or gets flushed here
+	if q.rxTaken {
+		// A message was being received into it: it is the oldest receive.
+		q.rxTaken = false
+		wc := verbs.WC{WRID: q.rx.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.rcq.push(&wc, false)
+	}
 	if q.srq == nil {
 		q.flushRecv()
 	}
@@ -678,12 +685,19 @@ func (q *QP) canReceive() bool {
 // TakeRecv takes the oldest posted receive (from the SRQ when the QP has
 // one) for an incoming message. It returns false when there is none. The
 // returned context is the QP's own and stays valid until the next TakeRecv.
+//
+// A taken receive must be finished with CompleteRecv; if the QP fails first,
+// it is flushed before the receives still posted (it is older than them).
 func (q *QP) TakeRecv() (*RecvCtx, bool) {
-	if q.srq != nil {
-		return &q.rx, q.srq.take(&q.rx)
-	}
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
+	if q.srq != nil {
+		if !q.srq.take(&q.rx) {
+			return nil, false
+		}
+		q.rxTaken = true
+		return &q.rx, true
+	}
 	if q.rq.head == q.rq.tail {
 		return nil, false
 	}
@@ -691,12 +705,22 @@ func (q *QP) TakeRecv() (*RecvCtx, bool) {
 	q.rx.WRID = r.wrid
 	q.rx.SGE = append(q.rx.SGE[:0], r.sge...)
 	q.rq.head++
+	q.rxTaken = true
 	return &q.rx, true
 }
 
 // CompleteRecv reports a received message (or a receive that failed) on
 // the receive CQ.
+//
+// A receive the QP already flushed (it failed meanwhile) is not completed again.
 func (q *QP) CompleteRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
+	q.rqMu.Lock()
+	taken := q.rxTaken
+	q.rxTaken = false
+	q.rqMu.Unlock()
+	if !taken {
+		return
+	}
 	wc.WRID = rc.WRID
 	wc.QPNum = q.num
 	q.rcq.push(wc, solicited)
@@ -828,6 +852,7 @@ func (q *QP) reset() {
 	q.sq.head, q.sq.next, q.sq.sent = q.sq.tail, q.sq.tail, q.sq.tail
 	q.rqMu.Lock()
 	q.rq.head = q.rq.tail
+	q.rxTaken = false
 	q.rqMu.Unlock()
 	q.attr = verbs.QPAttr{}
 	q.adest.Store(0)

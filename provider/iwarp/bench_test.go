@@ -2,8 +2,10 @@ package iwarp_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
@@ -63,16 +65,21 @@ func BenchmarkSendRecvPingPong(b *testing.B) {
 	recv := []verbs.RecvWR{{SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
 	wc := make([]verbs.WC, 1)
 	x.QP.PostRecv(recv)
+	rtt := make([]time.Duration, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		t0 := time.Now()
 		x.QP.PostSend(send)
 		if err := spin(x.RecvCQ, wc); err != nil {
 			b.Fatal(err)
 		}
+		rtt[i] = time.Since(t0)
 		x.QP.PostRecv(recv)
 	}
 	b.StopTimer()
+	slices.Sort(rtt)
+	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
 	wg.Wait()
 	if echoErr != nil {
 		b.Fatal(echoErr)

@@ -136,9 +136,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
 	}
-	sent := req
 	if cfg.Extensions {
-		req.IRD |= extIRDBit
+		markExt(&req)
 	}
 	fail := func(err error) (*Conn, error) {
 		nc.Close()
@@ -169,9 +168,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	if reply.Reject {
 		return fail(&cm.RejectedError{PrivateData: append([]byte(nil), reply.Private...)})
 	}
-	ext := cfg.Extensions && reply.IRD&extIRDBit != 0
-	reply.IRD &^= extIRDBit
-	n, err := wire.NegotiateInitiator(sent, reply, local)
+	ext := cfg.Extensions && hasExt(&reply)
+	n, err := wire.NegotiateInitiator(req, reply, local)
 	if err != nil {
 		if te := wire.MPATerm(err); te != nil {
 			sendTerm(nc, *te)
@@ -323,8 +321,7 @@ func (l *Listener) handshake(nc net.Conn) {
 		return
 	}
 	nc.SetReadDeadline(time.Time{})
-	ext := req.IRD&extIRDBit != 0
-	req.IRD &^= extIRDBit
+	ext := hasExt(&req)
 	r := &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}
 	select {
 	case l.reqs <- r:
@@ -421,7 +418,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	reply, n, err := wire.NegotiateResponder(r.req, local)
 	ext := cfg.Extensions && r.Extensions()
 	if ext && !reply.Reject {
-		reply.IRD |= extIRDBit
+		markExt(&reply)
 	}
 	b, aerr := wire.AppendMPA(nil, &reply)
 	if err != nil || aerr != nil {
@@ -466,4 +463,18 @@ func (r *Request) Reject(privateData []byte) error {
 	r.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, err = r.nc.Write(b)
 	return err
+}
+
+// markExt marks a goverbs frame: both RTR offers (C and D) without the P2P
+// bit (A). RFC 6581 gives RTR bits meaning only with A set; siw reads them
+// only then and never sends them without it (see the package doc).
+func markExt(f *wire.MPAFrame) {
+	if f.V2 && !f.P2P {
+		f.RTR = wire.RTRWrite | wire.RTRRead
+	}
+}
+
+// hasExt reports a frame marked by markExt.
+func hasExt(f *wire.MPAFrame) bool {
+	return f.V2 && !f.P2P && f.RTR == wire.RTRWrite|wire.RTRRead
 }

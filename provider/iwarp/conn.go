@@ -56,10 +56,6 @@ const (
 	immAfterWrite  = 2
 )
 
-// extIRDBit marks a goverbs peer in the IRD field of the MPA v2 block (see
-// the package doc).
-const extIRDBit = 0x2000
-
 // orqEntry is an outstanding RDMA Read or atomic (the ORQ, bounded by ORD).
 type orqEntry struct {
 	w      *engine.WQE
@@ -127,7 +123,7 @@ type conn struct {
 	raw          syscall.RawConn
 	pollFn       func(fd uintptr)
 	pollErr      error
-	needProgress atomic.Bool // the transmit goroutine should call QP.Progress
+	needProgress atomic.Bool  // the transmit goroutine should call QP.Progress
 	lastPoll     atomic.Int64 // nowNanos of the last PollProgress
 	scq, rcq     *engine.CQ
 

@@ -42,13 +42,15 @@
 //
 // # Extensions between goverbs peers
 //
-// A goverbs peer marks its MPA Request or Reply by setting bit 13 (0x2000)
-// of the IRD field of the RFC 6581 block, a value no RNIC advertises (siw's
-// maximum is 128). siw treats it as a large IRD and clamps it to 128, which
-// changes nothing for it: its outbound read depth stays what its
-// application asked for, and a goverbs initiator adopts the responder's ORD as its IRD anyway. (The
-// MPA flags' reserved bits cannot be used: siw echoes them back, and
-// versions of siw give them meanings.) Only when both frames carry the mark
+// A goverbs peer marks its MPA Request or Reply with both RTR offers of
+// the RFC 6581 block (bits C and D of the ORD word) while leaving the P2P bit
+// (A) clear: the RFC gives RTR bits meaning only with A set, siw reads them
+// only then (and masks them out of ORD), and never sends them without A. A
+// goverbs responder answers a marked Request with a marked Reply; a siw
+// initiator never sends a marked Request, so it never sees one. (Other marks
+// fail against siw: it echoes the MPA flags' reserved bits back, some siw
+// versions give those bits meanings, and an IRD above 128 changes siw's
+// negotiated ORD.) Only when both frames carry the mark
 // are RFC 7306 messages used: Atomic Request/Response for compare-and-swap and
 // fetch-and-add, Immediate Data for RDMA_WRITE_WITH_IMM (a Write followed by
 // Immediate Data) and SEND_WITH_IMM (Immediate Data, followed by the Send
