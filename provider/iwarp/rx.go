@@ -146,8 +146,9 @@ func (c *conn) rxLoop() {
 		}
 		c.rxMu.Lock()
 		perr = c.pump(int(fd))
+		bulk := c.rx.bulk
 		c.rxMu.Unlock()
-		if perr == errWouldBlock && c.rx.bulk {
+		if perr == errWouldBlock && bulk {
 			for start := time.Now(); perr == errWouldBlock && time.Since(start) < bulkSpin; {
 				c.rxMu.Lock()
 				perr = c.pump(int(fd))
