@@ -26,7 +26,7 @@ go build -o "$BIN/rdma_server" ./examples/rdma_server || exit 1
 go build -o "$BIN/rdma_client" ./examples/rdma_client || exit 1
 
 start=$(date +%s)
-"$LAB" status >/dev/null 2>&1 && running=1 || running=0
+TIMEOUT=20 "$LAB" exec true >/dev/null 2>&1 && running=1 || running=0
 if [ "$crc" = 1 ]; then
 	[ "$running" = 1 ] && "$LAB" stop >/dev/null 2>&1
 	SIW_MPA_CRC=1 "$LAB" build >/dev/null 2>&1 || exit 1
@@ -38,8 +38,16 @@ fi
 [ "$crc" = 1 ] && flags="-crc" || flags=""
 
 pass=0; fail=0
+LOGS=${LOGS:-/tmp/goverbs-interop/logs}
+mkdir -p "$LOGS"
 result() { # name rc
-	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else echo "FAIL $1"; fail=$((fail+1)); fi
+	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else
+		echo "FAIL $1"; fail=$((fail+1))
+		n=$(echo "$1" | tr -c 'A-Za-z0-9' _)
+		{ echo "== local"; cat /tmp/interop.out; echo "== goverbs server"; cat /tmp/gping.log /tmp/grs.log 2>/dev/null
+		  echo "== guest"; "$LAB" exec 'cat /tmp/peer.log' 2>&1; } > "$LOGS/$n.log" 2>&1
+		echo "     (details in $LOGS/$n.log)"
+	fi
 }
 # guest_bg CMD PORT: run a server in the guest and wait until it listens.
 guest_bg() {

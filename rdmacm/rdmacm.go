@@ -46,6 +46,10 @@ type ConnParam struct {
 	InitiatorDepth     uint8
 	RetryCount         uint8 // carried for compatibility; iWARP has no retries
 	RNRRetryCount      uint8
+	// Extensions (Connect only) offers the provider's extensions: over
+	// iWARP, RFC 7306 immediate data and atomics, which only goverbs peers
+	// speak. Leave it off towards other peers (see package iwarp).
+	Extensions bool
 }
 
 // MaxDepth is RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the device maximum.
@@ -113,7 +117,7 @@ func params(p *ConnParam, maxPD int) (cm.Params, error) {
 	if len(p.PrivateData) > maxPD {
 		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
 	}
-	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth)}
+	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions}
 	if p.ResponderResources == MaxDepth {
 		cp.IRD = 128
 	}

@@ -22,6 +22,10 @@ type Params struct {
 	IRD int
 	// ORD (initiator_depth): RDMA reads/atomics this side issues outstanding.
 	ORD int
+	// Extensions offers a provider's extensions beyond what the standard
+	// peers speak (iwarp: RFC 7306 immediate data and atomics between
+	// goverbs peers). Dial only; a responder answers an offer by itself.
+	Extensions bool
 }
 
 // Transport is a provider's connection manager.

@@ -136,7 +136,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
 	}
-	if cfg.Extensions {
+	if cfg.Extensions || p.Extensions {
 		markExt(&req)
 	}
 	fail := func(err error) (*Conn, error) {
@@ -168,7 +168,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	if reply.Reject {
 		return fail(&cm.RejectedError{PrivateData: append([]byte(nil), reply.Private...)})
 	}
-	ext := cfg.Extensions && hasExt(&reply)
+	ext := (cfg.Extensions || p.Extensions) && hasExt(&reply)
 	n, err := wire.NegotiateInitiator(req, reply, local)
 	if err != nil {
 		if te := wire.MPATerm(err); te != nil {
@@ -416,7 +416,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	cfg := r.l.cfg
 	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
 	reply, n, err := wire.NegotiateResponder(r.req, local)
-	ext := cfg.Extensions && r.Extensions()
+	ext := r.Extensions()
 	if ext && !reply.Reject {
 		markExt(&reply)
 	}

@@ -27,7 +27,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic)}
+	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), Extensions: true}
 	connect(t, a, b, p, p)
 	return nil
 }

@@ -62,7 +62,7 @@ func TestBasicOps(t *testing.T) {
 	leakcheck.Check(t)
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
-	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("hi")}, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("yo")})
+	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("hi"), Extensions: true}, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("yo")})
 	if string(ca.PrivateData()) != "yo" || string(cb.PrivateData()) != "hi" || !ca.Extensions() || !cb.Extensions() {
 		t.Fatalf("private data %q/%q ext %v/%v", ca.PrivateData(), cb.PrivateData(), ca.Extensions(), cb.Extensions())
 	}
@@ -108,4 +108,29 @@ func TestBasicOps(t *testing.T) {
 	if wc.ImmData != 0xabcdef || wc.ByteLen != 100 {
 		t.Fatalf("imm wc %+v", wc)
 	}
+}
+
+// Without the goverbs extensions (the peer may be siw, which has no RFC
+// 7306), immediate data and atomics are refused at post time with
+// ErrNotSupported, never sent to a peer that would terminate on them.
+func TestExtensionsOnlyWhenOffered(t *testing.T) {
+	leakcheck.Check(t)
+	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4}, cm.Params{IRD: 4, ORD: 4})
+	if ca.Extensions() || cb.Extensions() {
+		t.Fatal("extensions negotiated although the initiator did not offer them")
+	}
+	for _, wr := range []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRAtomicFetchAndAdd, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
+		{WRID: 2, Opcode: verbs.WRAtomicCmpAndSwp, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
+		{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
+		{WRID: 4, Opcode: verbs.WRSendWithImm, SGList: []verbs.SGE{a.MR.SGE(0, 8)}},
+	} {
+		conformance.ExpectPostErr(t, a.QP.PostSend([]verbs.SendWR{wr}), 0, verbs.ErrNotSupported)
+	}
+	// Plain operations still work on the connection.
+	b.MustPostRecv(t, b.Recv(5, 0, 64))
+	a.MustPostSend(t, a.Send(6, 0, 8))
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 5, verbs.WCSuccess, verbs.WCRecv)
 }
