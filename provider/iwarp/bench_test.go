@@ -3,7 +3,6 @@ package iwarp_test
 import (
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,49 +40,15 @@ func spin(cq *verbs.CQ, wc []verbs.WC) error {
 // fi_pingpong report.
 func BenchmarkSendRecvPingPong(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var echoErr error
-	// The echo side's first receive is posted before anything is sent:
-	// iWARP has no RNR, a send that finds no receive is fatal.
-	yrecv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, 8)}}}
-	y.QP.PostRecv(yrecv)
-	go func() {
-		defer wg.Done()
-		send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{y.MR.SGE(64, 8)}}}
-		recv := yrecv
-		wc := make([]verbs.WC, 1)
-		for range b.N {
-			if echoErr = spin(y.RecvCQ, wc); echoErr != nil {
-				return
-			}
-			y.QP.PostRecv(recv)
-			y.QP.PostSend(send)
-		}
-	}()
-	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{x.MR.SGE(64, 8)}}}
-	recv := []verbs.RecvWR{{SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
-	wc := make([]verbs.WC, 1)
-	x.QP.PostRecv(recv)
 	rtt := make([]time.Duration, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := range b.N {
-		t0 := time.Now()
-		x.QP.PostSend(send)
-		if err := spin(x.RecvCQ, wc); err != nil {
-			b.Fatal(err)
-		}
-		rtt[i] = time.Since(t0)
-		x.QP.PostRecv(recv)
+	if err := pingPong(x, y, b.N, rtt); err != nil {
+		b.Fatal(err)
 	}
 	b.StopTimer()
 	slices.Sort(rtt)
 	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
-	wg.Wait()
-	if echoErr != nil {
-		b.Fatal(echoErr)
-	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
 }
 
