@@ -75,6 +75,7 @@ type rxState struct {
 	imm        uint32
 
 	bulk bool // the last FPDU carried a large payload
+	iov  [2]unix.Iovec
 }
 
 // fill makes n (<= stageSize) bytes available in the staging buffer.
@@ -286,10 +287,20 @@ func (c *conn) rxPayload(fd int, s *rxState) error {
 		}
 		d := s.dst[0]
 		var k int
-		if s.r < s.w {
+		switch {
+		case s.r < s.w:
 			k = copy(d, s.buf[s.r:s.w])
 			s.r += k
-		} else {
+		case len(s.dst) == 1:
+			// The last piece of the payload: read what follows with it.
+			s.r, s.w = 0, 0
+			n, err := readv2(fd, &s.iov, d, s.buf[:])
+			if err != nil {
+				return err
+			}
+			k = min(n, len(d))
+			s.w = n - k
+		default:
 			var err error
 			if k, err = readNB(fd, d); err != nil {
 				return err

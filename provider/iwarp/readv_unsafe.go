@@ -1,0 +1,31 @@
+package iwarp
+
+import (
+	"io"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// readv2 reads into a, then b, with one readv(2) and no allocation: the end
+// of a payload straight into its target memory, and what follows it (the
+// trailer and the next header) into the staging buffer.
+func readv2(fd int, iov *[2]unix.Iovec, a, b []byte) (int, error) {
+	iov[0].Base, iov[1].Base = &a[0], &b[0]
+	iov[0].SetLen(len(a))
+	iov[1].SetLen(len(b))
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), 2)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return 0, errWouldBlock
+		case e != 0:
+			return 0, e
+		case n == 0:
+			return 0, io.EOF
+		}
+		return int(n), nil
+	}
+}
