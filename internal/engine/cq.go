@@ -43,9 +43,22 @@ type CQ struct {
 	pmu     sync.Mutex
 }
 
-// Poller is a provider's progress function for polled mode: it moves
-// whatever the transport has ready into the engine without blocking.
-type Poller interface{ PollProgress() }
+// Poller is a provider's side of polled mode. PollProgress moves whatever
+// the transport has ready into the engine without blocking; it is called
+// by Poll when the CQ is empty. PollStop says the application is about to
+// block (Wait, ReqNotify), so the provider must make progress on its own.
+type Poller interface {
+	PollProgress()
+	PollStop()
+}
+
+func (cq *CQ) pollStop() {
+	if ps := cq.pollers.Load(); ps != nil {
+		for _, p := range *ps {
+			p.PollStop()
+		}
+	}
+}
 
 // AddPoller makes Poll call p when the CQ is empty.
 func (cq *CQ) AddPoller(p Poller) {
@@ -204,6 +217,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return verbs.ErrClosed
 	}
+	cq.pollStop()
 	if solicitedOnly {
 		// An arming for any completion already in place is kept, as the verbs spec says.
 		cq.armed.CompareAndSwap(armNone, armSolicited)
@@ -222,6 +236,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.destroyed.Load() {
 			return verbs.ErrClosed
 		}
+		cq.pollStop()
 		cq.wmu.Lock()
 		if cq.wch == nil {
 			cq.wch = make(chan struct{})

@@ -124,7 +124,9 @@ type conn struct {
 	pollFn       func(fd uintptr)
 	pollErr      error
 	needProgress atomic.Bool  // the transmit goroutine should call QP.Progress
-	lastPoll     atomic.Int64 // nowNanos of the last PollProgress
+	lastPoll     atomic.Int64 // nowNanos of the last PollProgress; 0 after PollStop
+	rxWake       chan struct{}
+	idle         *time.Timer // the receive goroutine's, while the application polls
 	scq, rcq     *engine.CQ
 
 	// lifetime
@@ -154,6 +156,9 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 		c.rxSeen.Store(true) // the initiator speaks first
 	}
 	c.pollFn = c.pollFD
+	c.rxWake = make(chan struct{}, 1)
+	c.idle = time.NewTimer(time.Hour)
+	c.idle.Stop()
 	for i := range c.rx.msn {
 		c.rx.msn[i] = 1
 	}

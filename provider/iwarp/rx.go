@@ -119,11 +119,12 @@ func readNB(fd int, b []byte) (int, error) {
 
 // Tuning of the receive goroutine.
 const (
-	// While the application polls its CQ (polled mode) the goroutine only
-	// checks back every pollerIdle: the application's poll loop reads the
-	// socket, and waking the goroutine for each message would cost a
-	// context switch per message.
-	pollerIdle = 500 * time.Microsecond
+	// While the application polls its CQ (polled mode) the goroutine steps
+	// aside: the poll loop reads the socket, and waking the goroutine for
+	// each message would cost a context switch per message (and steal the
+	// CPU the poll loop spins on). It comes back when the application
+	// blocks (Wait, ReqNotify: PollStop) or has not polled for pollerIdle.
+	pollerIdle = 10 * time.Millisecond
 	// During a bulk transfer the goroutine busy-reads for up to bulkSpin
 	// before parking: the next chunk is usually microseconds away, while a
 	// wake-up of a parked goroutine costs tens of microseconds here.
@@ -140,7 +141,12 @@ func (c *conn) rxLoop() {
 		if c.polling() {
 			// Readiness seen while asleep is kept by the netpoller, so
 			// returning false here loses nothing.
-			time.Sleep(pollerIdle)
+			c.idle.Reset(pollerIdle)
+			select {
+			case <-c.rxWake:
+			case <-c.idle.C:
+			case <-c.dying:
+			}
 			if c.polling() {
 				return false
 			}
@@ -186,9 +192,21 @@ var epoch = time.Now()
 
 func nowNanos() int64 { return int64(time.Since(epoch)) }
 
+// PollStop implements engine.Poller: the application stopped polling.
+func (c *conn) PollStop() {
+	if c.lastPoll.Load() != 0 {
+		c.lastPoll.Store(0)
+		select {
+		case c.rxWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // polling reports whether the application polled the connection's CQs within pollerIdle.
 func (c *conn) polling() bool {
-	return nowNanos()-c.lastPoll.Load() < int64(pollerIdle)
+	t := c.lastPoll.Load()
+	return t != 0 && nowNanos()-t < int64(pollerIdle)
 }
 
 // rxFailed ends the connection after a receive error.
