@@ -27,6 +27,18 @@
 // second goroutine per connection, so the reading goroutine never blocks on
 // the socket's send side (which could deadlock two peers).
 //
+// # Progress: automatic and polled
+//
+// Without help, the receiving goroutine of each connection is woken by the
+// netpoller when bytes arrive (automatic progress: no CPU spent while idle,
+// but a wake-up costs tens of microseconds on small VMs). When the
+// application busy-polls a CQ of the connection, CQ.Poll itself reads the
+// socket without blocking whenever the CQ is empty (polled mode, as in
+// libfabric's manual progress): a message then costs one read(2) on the
+// polling goroutine and no context switch, and the receiving goroutine steps
+// aside until the application blocks (CQ.Wait, ReqNotify) or stops polling
+// for 10 ms. Both share one resumable receive state machine, under a lock.
+//
 // # Errors
 //
 // A protocol or access error sends a Terminate with the layer, error type
