@@ -1,0 +1,66 @@
+package rdmacm_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/goverbs/goverbs/rdmacm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// A server and a client over iWARP on loopback TCP: the server accepts
+// with private data, the client sends a message, the server's blocking
+// GetRecvComp returns it.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	attr := &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+
+	ln, err := rdmacm.Listen("127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			panic(err)
+		}
+		defer req.Close()
+		fmt.Printf("server: request with %q\n", req.PrivateData())
+		req.CreateQP(nil, *attr)
+		buf := make([]byte, 64)
+		mr, _ := req.RegMsgs(buf)
+		defer mr.Dereg()
+		req.PostRecv(7, buf, mr) // posted before accepting: iWARP has no RNR
+		if err := req.Accept(ctx, &rdmacm.ConnParam{PrivateData: []byte("welcome")}); err != nil {
+			panic(err)
+		}
+		wc, err := req.GetRecvComp(ctx) // blocks until the message is in
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("server: wr_id %d, %v, %q\n", wc.WRID, wc.Status, buf[:wc.ByteLen])
+	}()
+
+	id, err := rdmacm.Dial(ctx, ln.LocalAddr().String(), attr, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
+	if err != nil {
+		panic(err)
+	}
+	defer id.Close()
+	fmt.Printf("client: accepted with %q\n", id.PrivateData())
+	if err := id.PostSend(1, []byte("hello, iWARP"), nil, verbs.SendInline|verbs.SendSignaled); err != nil {
+		panic(err)
+	}
+	wc, _ := id.GetSendComp(ctx)
+	<-done
+	fmt.Printf("client: send %v\n", wc.Status)
+	// Output:
+	// server: request with "hello?"
+	// client: accepted with "welcome"
+	// server: wr_id 7, success, "hello, iWARP"
+	// client: send success
+}
