@@ -124,8 +124,13 @@ type conn struct {
 	pollFn       func(fd uintptr)
 	pollErr      error
 	needProgress atomic.Bool  // the transmit goroutine should call QP.Progress
-	lastPoll     atomic.Int64 // nowNanos of the last PollProgress; 0 after PollStop
+	lastPoll     atomic.Int64 // nowNanos of the last PollProgress of a polling loop; 0 after PollStop
+	lastPollAny  atomic.Int64 // nowNanos of the last PollProgress
 	rxWake       chan struct{}
+	rxAny        atomic.Bool // an FPDU has arrived
+	nudgeArmed   atomic.Bool // the start-up nudge is scheduled (see sent)
+	nudgeNeeded  atomic.Bool // the transmit goroutine should send the start-up nudge
+	nudge        *time.Timer
 	idle         *time.Timer // the receive goroutine's, while the application polls
 	scq, rcq     *engine.CQ
 
@@ -249,6 +254,14 @@ func (c *conn) txLoop() {
 	for {
 		select {
 		case <-c.txWake:
+			if c.nudgeNeeded.Swap(false) && !c.rxAny.Load() {
+				c.txMu.Lock()
+				c.hbuf = grow(c.hbuf[:0], wire.TaggedHeaderLen+8)[:wire.TaggedHeaderLen]
+				wire.PutTagged(c.hbuf, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
+				c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
+				c.nc.Write(c.hbuf)
+				c.txMu.Unlock()
+			}
 			if c.needProgress.Swap(false) {
 				c.q.Kick() // a send queue stalled on the MPA start-up rule
 				c.q.Progress()
@@ -260,6 +273,11 @@ func (c *conn) txLoop() {
 			c.txMu.Lock()
 			if c.term != nil {
 				c.nc.Write(c.term)
+			}
+			c.txMu.Unlock()
+			c.txMu.Lock()
+			if c.nudge != nil {
+				c.nudge.Stop()
 			}
 			c.txMu.Unlock()
 			c.nc.Close()
@@ -450,6 +468,7 @@ func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
 		return engine.Fail(verbs.WCLocQPOpErr)
 	}
+	c.sent()
 	return engine.ResultPending
 }
 
@@ -538,5 +557,30 @@ func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, pl
 	c.nb = iov
 	raceRelease()
 	_, err := c.nb.WriteTo(c.nc)
+	c.sent()
 	return err
+}
+
+// nudgeDelay is how long an initiator waits for the peer's first FPDU
+// before nudging it (see sent).
+const nudgeDelay = 200 * time.Millisecond
+
+// sent notes that FPDUs went out. siw has a start-up race: an FPDU that
+// arrives between its MPA Reply and the installation of its QP's receive
+// upcall stays unread in its socket until the next TCP event (seen with
+// siw's debug log in the vmlab). Against a peer that is not a goverbs peer,
+// an initiator that has sent and received nothing for nudgeDelay therefore
+// sends one zero-length RDMA Write (STag 1, TO 0: the form of siw's own
+// Write RTR, which iWARP receivers accept without a check); its arrival
+// makes siw read what was waiting.
+func (c *conn) sent() {
+	if c.passive || c.ext || c.nudgeArmed.Load() || !c.nudgeArmed.CompareAndSwap(false, true) {
+		return
+	}
+	c.nudge = time.AfterFunc(nudgeDelay, func() {
+		if !c.rxAny.Load() {
+			c.nudgeNeeded.Store(true)
+			c.wakeTx()
+		}
+	})
 }

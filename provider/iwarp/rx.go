@@ -124,7 +124,8 @@ const (
 	// each message would cost a context switch per message (and steal the
 	// CPU the poll loop spins on). It comes back when the application
 	// blocks (Wait, ReqNotify: PollStop) or has not polled for pollerIdle.
-	pollerIdle = 10 * time.Millisecond
+	pollerIdle  = 10 * time.Millisecond
+	pollLoopGap = 100 * time.Microsecond // polls closer than this are a polling loop
 	// During a bulk transfer the goroutine busy-reads for up to bulkSpin
 	// before parking: the next chunk is usually microseconds away, while a
 	// wake-up of a parked goroutine costs tens of microseconds here.
@@ -139,18 +140,16 @@ func (c *conn) rxLoop() {
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
 		if c.polling() {
-			// Readiness seen while asleep is kept by the netpoller, so
-			// returning false here loses nothing.
 			c.idle.Reset(pollerIdle)
 			select {
 			case <-c.rxWake:
 			case <-c.idle.C:
 			case <-c.dying:
 			}
-			if c.polling() {
-				return false
-			}
 		}
+		// Always drain before waiting again: the netpoller reports
+		// readiness once (edge-triggered), and bytes left unread now would
+		// wait for the next arrival if the application stopped polling.
 		c.rxMu.Lock()
 		perr = c.pump(int(fd))
 		bulk := c.rx.bulk
@@ -173,7 +172,12 @@ func (c *conn) rxLoop() {
 // PollProgress implements engine.Poller: polled mode's non-blocking pump,
 // called by CQ.Poll on the application's goroutine.
 func (c *conn) PollProgress() {
-	c.lastPoll.Store(nowNanos())
+	// Two polls close together make a polling loop; a single poll (such as
+	// the re-check after ReqNotify) does not put the connection in polled mode.
+	now := nowNanos()
+	if prev := c.lastPollAny.Swap(now); prev != 0 && now-prev < int64(pollLoopGap) {
+		c.lastPoll.Store(now)
+	}
 	if !c.rxMu.TryLock() {
 		return // the receive goroutine is at it
 	}
@@ -194,6 +198,7 @@ func nowNanos() int64 { return int64(time.Since(epoch)) }
 
 // PollStop implements engine.Poller: the application stopped polling.
 func (c *conn) PollStop() {
+	c.lastPollAny.Store(0)
 	if c.lastPoll.Load() != 0 {
 		c.lastPoll.Store(0)
 		select {
@@ -272,6 +277,9 @@ func (c *conn) pump(fd int) error {
 				}
 			}
 			s.phase = phHeader
+			if !c.rxAny.Load() {
+				c.rxAny.Store(true)
+			}
 			if !c.rxSeen.Load() {
 				c.rxSeen.Store(true)
 				c.progressLater() // the responder may now transmit
