@@ -1,12 +1,14 @@
 package iwarp_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -70,5 +72,66 @@ func TestPingPongPolled(t *testing.T) {
 	cx, cy := connect(t, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16}, cm.Params{IRD: 16, ORD: 16})
 	if err := pingPong(x, y, 2000, nil); err != nil {
 		t.Fatalf("%v; x: %v; y: %v", err, cx.Err(), cy.Err())
+	}
+}
+
+// TestPollThenBlock: the application polls (the receive goroutine steps
+// aside), then arms the CQ, polls once more and blocks on the channel, as
+// rdma_get_recv_comp does; a message that arrives afterwards must still be
+// received by the goroutine (a readiness edge consumed while stepping aside
+// once stalled the connection).
+func TestPollThenBlock(t *testing.T) {
+	ctx0 := open(t)
+	ch, err := ctx0.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	o := conformance.PairOpts{BufSize: 4096}
+	x := conformance.NewSide(t, ctx0, verbs.QPTRC, o)
+	// x's receive CQ with a channel, used instead of the side's own.
+	rcq, err := ctx0.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rcq.Destroy() })
+	xq, err := x.PD.CreateQP(verbs.QPInitAttr{SendCQ: x.SendCQ, RecvCQ: rcq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { xq.Destroy() })
+	y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1}) // y dials: the initiator speaks first
+	for round := range 20 {
+		if err := xq.PostRecv([]verbs.RecvWR{{WRID: uint64(round), SGList: []verbs.SGE{x.MR.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		var wc [1]verbs.WC
+		for start := time.Now(); time.Since(start) < time.Millisecond; {
+			rcq.Poll(wc[:]) // a polling loop: the receive goroutine steps aside
+		}
+		go func() {
+			time.Sleep(2 * time.Millisecond)
+			y.QP.PostSend([]verbs.SendWR{y.Send(uint64(round), 0, 8)})
+		}()
+		rcq.ReqNotify(false)
+		if n, _ := rcq.Poll(wc[:]); n == 0 {
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ev, err := ch.GetEvent(c)
+			cancel()
+			if err != nil {
+				n, _ := rcq.Poll(wc[:])
+				t.Fatalf("round %d: no completion event: %v (poll now: %d %+v; x %s; y %s)", round, err, n, wc[0], iwarp.DebugState(xq), iwarp.DebugState(y.QP))
+			}
+			ch.AckEvents(ev, 1)
+			if n, _ := rcq.Poll(wc[:]); n != 1 {
+				t.Fatalf("round %d: event but no completion", round)
+			}
+		}
+		if wc[0].Status != verbs.WCSuccess || wc[0].WRID != uint64(round) {
+			t.Fatalf("round %d: %+v", round, wc[0])
+		}
+		conformance.Poll1(t, y.SendCQ)
 	}
 }
