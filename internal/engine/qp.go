@@ -70,6 +70,22 @@ func newRecvQueue(maxWR, maxSGE int) recvQueue {
 	return rq
 }
 
+// post checks wr against the queue's limits and appends it; what names the
+// queue and its limits in errors.
+func (rq *recvQueue) post(wr *verbs.RecvWR, maxSGE int, what string) error {
+	if len(wr.SGList) > maxSGE {
+		return fmt.Errorf("%w: %d SGEs, the %s allows %d", verbs.ErrInvalid, len(wr.SGList), what, maxSGE)
+	}
+	if rq.tail-rq.head >= uint64(rq.max) {
+		return fmt.Errorf("%w: the %s holds %d requests", verbs.ErrQueueFull, what, rq.max)
+	}
+	r := &rq.ring[rq.tail&rq.mask]
+	r.wrid = wr.WRID
+	r.sge = append(r.sge[:0], wr.SGList...)
+	rq.tail++
+	return nil
+}
+
 func pow2(n int) int {
 	p := 1
 	for p < n {
@@ -641,19 +657,13 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 			err = verbs.ErrClosed
 		case state == verbs.QPSReset:
 			err = fmt.Errorf("%w: receive posted to a QP in RESET", verbs.ErrInvalidState)
-		case len(wr.SGList) > q.cap.MaxRecvSGE:
-			err = fmt.Errorf("%w: %d SGEs, max_recv_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxRecvSGE)
-		case q.rq.tail-q.rq.head >= uint64(q.rq.max):
-			err = fmt.Errorf("%w: receive queue holds %d requests (max_recv_wr)", verbs.ErrQueueFull, q.rq.max)
+		default:
+			err = q.rq.post(wr, q.cap.MaxRecvSGE, "receive queue (max_recv_wr, max_recv_sge)")
 		}
 		if err != nil {
 			perr = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 			break
 		}
-		r := &q.rq.ring[q.rq.tail&q.rq.mask]
-		r.wrid = wr.WRID
-		r.sge = append(r.sge[:0], wr.SGList...)
-		q.rq.tail++
 		posted = true
 	}
 	if state == verbs.QPSErr {

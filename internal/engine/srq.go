@@ -67,22 +67,15 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 	for i := range wrs {
 		wr := &wrs[i]
 		var err error
-		switch {
-		case s.dead:
+		if s.dead {
 			err = verbs.ErrClosed
-		case len(wr.SGList) > s.maxSGE:
-			err = fmt.Errorf("%w: %d SGEs, the SRQ's max_sge is %d", verbs.ErrInvalid, len(wr.SGList), s.maxSGE)
-		case s.rq.tail-s.rq.head >= uint64(s.rq.max):
-			err = fmt.Errorf("%w: SRQ holds %d requests (max_wr)", verbs.ErrQueueFull, s.rq.max)
+		} else {
+			err = s.rq.post(wr, s.maxSGE, "SRQ (max_wr, max_sge)")
 		}
 		if err != nil {
 			perr = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 			break
 		}
-		r := &s.rq.ring[s.rq.tail&s.rq.mask]
-		r.wrid = wr.WRID
-		r.sge = append(r.sge[:0], wr.SGList...)
-		s.rq.tail++
 		posted = true
 	}
 	s.mu.Unlock()
