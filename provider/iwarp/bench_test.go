@@ -49,6 +49,7 @@ func BenchmarkSendRecvPingPong(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(rtt)
 	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
+	b.ReportMetric(float64(rtt[len(rtt)*99/100].Nanoseconds())/2, "ns/oneway-p99")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
 }
 

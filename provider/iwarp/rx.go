@@ -151,13 +151,13 @@ func (c *conn) rxLoop() {
 		// readiness once (edge-triggered), and bytes left unread now would
 		// wait for the next arrival if the application stopped polling.
 		c.rxMu.Lock()
-		perr = c.pump(int(fd))
+		perr = c.pump(int(fd), true)
 		bulk := c.rx.bulk
 		c.rxMu.Unlock()
 		if perr == errWouldBlock && bulk {
 			for start := time.Now(); perr == errWouldBlock && time.Since(start) < bulkSpin; {
 				c.rxMu.Lock()
-				perr = c.pump(int(fd))
+				perr = c.pump(int(fd), true)
 				c.rxMu.Unlock()
 			}
 		}
@@ -190,7 +190,7 @@ func (c *conn) PollProgress() {
 	}
 }
 
-func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd)) }
+func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd), false) }
 
 var epoch = time.Now()
 
@@ -234,12 +234,18 @@ func (c *conn) rxFailed(err error) {
 
 // pump processes everything the socket has now. It returns errWouldBlock
 // when it needs more bytes, errStop after a protocol error (a Terminate is
-// on its way), or the I/O error.
-func (c *conn) pump(fd int) error {
+// on its way), or the I/O error. With drain false (polled mode) it returns
+// after a complete FPDU when nothing more is buffered, sparing a read that
+// would find nothing: the next poll reads again.
+func (c *conn) pump(fd int, drain bool) error {
 	s := &c.rx
+	done := false
 	for {
 		switch s.phase {
 		case phHeader:
+			if done && !drain && s.r == s.w {
+				return errWouldBlock
+			}
 			if err := s.fill(fd, 4); err != nil {
 				return err
 			}
@@ -287,6 +293,7 @@ func (c *conn) pump(fd int) error {
 			if err := c.rxFinish(s, s.h); err != nil {
 				return err
 			}
+			done = true
 		}
 	}
 }
