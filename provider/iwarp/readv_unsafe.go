@@ -9,13 +9,14 @@ import (
 
 // readv2 reads into a, then b, with one readv(2) and no allocation: the end
 // of a payload straight into its target memory, and what follows it (the
-// trailer and the next header) into the staging buffer.
+// trailer and the next header) into the staging buffer. The socket is
+// non-blocking, so RawSyscall is safe (see rawRead).
 func readv2(fd int, iov *[2]unix.Iovec, a, b []byte) (int, error) {
 	iov[0].Base, iov[1].Base = &a[0], &b[0]
 	iov[0].SetLen(len(a))
 	iov[1].SetLen(len(b))
 	for {
-		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), 2)
+		n, _, e := unix.RawSyscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), 2)
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -28,4 +29,19 @@ func readv2(fd int, iov *[2]unix.Iovec, a, b []byte) (int, error) {
 		}
 		return int(n), nil
 	}
+}
+
+// rawRead is read(2) on a non-blocking socket without telling the scheduler
+// (RawSyscall): it never blocks, and a busy-polling loop of ordinary
+// syscalls lets the runtime hand the goroutine's P away whenever one takes
+// long, which shows as latency spikes.
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }

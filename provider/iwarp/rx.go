@@ -102,7 +102,7 @@ func (s *rxState) fill(fd, n int) error {
 // io.EOF at the end of the stream.
 func readNB(fd int, b []byte) (int, error) {
 	for {
-		k, err := unix.Read(fd, b)
+		k, err := rawRead(fd, b)
 		switch {
 		case k > 0:
 			return k, nil
