@@ -4,6 +4,7 @@
 //	goverbs devices [-v]     list devices (like ibv_devices; -v like ibv_devinfo)
 //	goverbs demo [-n ITERS]  loopback demo and benchmark over the loop provider
 //	goverbs ping -s|-c ...   rping over iWARP (interoperates with rdma-core's rping)
+//	goverbs perf TEST ...    perftest-style latency and bandwidth tests over iWARP
 package main
 
 import (
@@ -25,6 +26,8 @@ func main() {
 		err = demo(os.Args[2:])
 	case "ping":
 		err = ping(os.Args[2:])
+	case "perf":
+		err = perfCmd(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -49,6 +52,9 @@ commands:
   ping -s|-c [-a ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V] [-d]
                     rping's protocol over iWARP/TCP: works against rdma-core's
                     rping on a Linux siw device, in both roles
+  perf TEST [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [-json] [-server | SERVER]
+                    perftest-style send/write/read/atomic latency and bandwidth;
+                    with no SERVER, both ends in this process (loopback)
 `)
 }
 

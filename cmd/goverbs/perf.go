@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/rdmacm"
+)
+
+const perfHelp = `usage: goverbs perf TEST [flags] [SERVER]
+
+TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw, atomic_lat.
+With no SERVER and no -server, both ends run in this process over a real
+loopback iWARP/TCP connection. With -server, wait for one client; with
+SERVER, connect to it.
+
+Method: latency tests time every iteration and report its distribution
+(send and write: half a ping-pong round trip; read and atomic: one
+operation until its completion). Bandwidth tests keep -t requests in flight
+and divide the completed bytes by the elapsed time; the peak is the best
+window of at least a twentieth of the run and 5 ms. Both ends busy-poll
+their CQs.
+
+Not yet: perftest's own handshake (-R against ib_*_bw/lat), several QPs (-q).
+
+flags:
+`
+
+func perfCmd(args []string) error {
+	fs := newFlags("perf")
+	fs.Usage = func() { fmt.Fprint(os.Stderr, perfHelp); fs.PrintDefaults() }
+	size := fs.Int("s", 0, "message size in bytes (default: 2 for latency, 65536 for bandwidth tests)")
+	all := fs.Bool("a", false, "run every size from 2 B to 8 MiB (powers of two)")
+	iters := fs.Int("n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
+	dur := fs.Int("D", 0, "run bandwidth tests for this many seconds instead of -n iterations")
+	depth := fs.Int("t", 128, "send queue depth (work requests in flight)")
+	port := fs.Int("p", 18515, "port")
+	dev := fs.String("d", "iwarp0", "device (iwarp0)")
+	server := fs.Bool("server", false, "wait for a client")
+	js := fs.Bool("json", false, "print results as JSON lines")
+	qps := fs.Int("q", 1, "number of QPs (only 1 for now)")
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fs.Usage()
+		return errors.New("perf: name a test")
+	}
+	test := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *dev != "iwarp0" {
+		return fmt.Errorf("perf: device %q: only iwarp0 is supported for now", *dev)
+	}
+	if *qps != 1 {
+		return errors.New("perf: -q other than 1 is not implemented yet")
+	}
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth}
+	lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
+	if c.Size == 0 {
+		c.Size = 65536
+		if lat {
+			c.Size = 2
+		}
+	}
+	if c.Iters == 0 {
+		c.Iters = 5000
+		if lat {
+			c.Iters = 1000
+		}
+	}
+	sizes := []int{c.Size}
+	if *all {
+		sizes = nil
+		for n := 2; n <= 8<<20; n *= 2 {
+			sizes = append(sizes, n)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	if *server {
+		ln, err := rdmacm.Listen(net.JoinHostPort("", strconv.Itoa(*port)))
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		fmt.Fprintf(os.Stderr, "waiting for a client on %v\n", ln.LocalAddr())
+		for range sizes {
+			if err := perf.Serve(ctx, ln, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if !*js {
+		if lat {
+			fmt.Fprintln(w, "#bytes\t#iterations\tt_min[usec]\tt_max[usec]\tt_typical[usec]\tt_avg[usec]\tt_stdev[usec]\t99% percentile[usec]\t99.9% percentile[usec]\t")
+		} else {
+			fmt.Fprintln(w, "#bytes\t#iterations\tBW peak[MB/sec]\tBW average[MB/sec]\tMsgRate[Mpps]\t")
+		}
+	}
+	for _, n := range sizes {
+		c.Size = n
+		var r perf.Result
+		var err error
+		if fs.NArg() > 0 {
+			r, err = perf.Run(ctx, net.JoinHostPort(fs.Arg(0), strconv.Itoa(*port)), c)
+		} else {
+			r, err = perf.Loopback(ctx, "127.0.0.1:0", c)
+		}
+		if err != nil {
+			w.Flush()
+			return err
+		}
+		if *js {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+			continue
+		}
+		if lat {
+			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.Bytes, r.Iters, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.P99, r.P999)
+		} else {
+			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.6f\t\n", r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+		}
+		w.Flush()
+	}
+	return w.Flush()
+}

@@ -1,0 +1,506 @@
+// Package perf is the measuring engine of `goverbs perf`: perftest's tests
+// (send/write/read latency and bandwidth, atomic latency) between two QPs
+// connected with rdmacm, in one process (loopback over a real TCP
+// connection) or between a server and a client.
+//
+// Method. Latency tests time every iteration (time.Now around one round
+// trip, or around one RDMA READ or atomic until its completion) and report
+// the distribution: one-way figures are half a round trip for send and
+// write, the full operation for read and atomic. Bandwidth tests keep up to
+// TxDepth work requests in flight, count the bytes of the completions
+// polled, and divide by the elapsed time; the peak is the best window of at
+// least a twentieth of the run and 5 ms. Every poll loop busy-polls
+// (polled mode).
+package perf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/goverbs/goverbs/rdmacm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Tests lists the tests by name.
+var Tests = []string{"send_lat", "send_bw", "write_lat", "write_bw", "read_lat", "read_bw", "atomic_lat"}
+
+// Config is what to measure.
+type Config struct {
+	Test     string
+	Size     int
+	Iters    int
+	Duration time.Duration // when non-zero, run for this long instead of Iters
+	TxDepth  int
+}
+
+// Result is one measurement.
+type Result struct {
+	Test  string `json:"test"`
+	Bytes int    `json:"bytes"`
+	Iters int    `json:"iterations"`
+	// latency tests, microseconds
+	Min     float64 `json:"t_min_us,omitempty"`
+	Max     float64 `json:"t_max_us,omitempty"`
+	Typical float64 `json:"t_typical_us,omitempty"`
+	Avg     float64 `json:"t_avg_us,omitempty"`
+	Stdev   float64 `json:"t_stdev_us,omitempty"`
+	P99     float64 `json:"p99_us,omitempty"`
+	P999    float64 `json:"p99_9_us,omitempty"`
+	// bandwidth tests
+	PeakMBs float64 `json:"bw_peak_mb_s,omitempty"`
+	AvgMBs  float64 `json:"bw_avg_mb_s,omitempty"`
+	MsgRate float64 `json:"msg_rate_mpps,omitempty"`
+}
+
+func (c *Config) lat() bool { return c.Test == "send_lat" || c.Test == "write_lat" || c.Test == "read_lat" || c.Test == "atomic_lat" }
+
+// Check validates a configuration.
+func (c *Config) Check() error {
+	if !slices.Contains(Tests, c.Test) {
+		return fmt.Errorf("unknown test %q (one of %v)", c.Test, Tests)
+	}
+	if c.Test == "atomic_lat" {
+		c.Size = 8
+	}
+	if c.Size < 1 || c.Size > 8<<20 {
+		return fmt.Errorf("size %d out of range (1 B to 8 MiB)", c.Size)
+	}
+	if c.Iters < 1 {
+		return fmt.Errorf("iterations %d", c.Iters)
+	}
+	if c.TxDepth < 1 {
+		c.TxDepth = 128
+	}
+	if c.Test == "send_bw" && c.Iters > 8192 {
+		// iWARP has no RNR: every receive is posted before the run, and the
+		// receive queue holds at most this many.
+		c.Iters = 8192
+	}
+	return nil
+}
+
+// side is one end: its identifier and its registered buffer.
+type side struct {
+	id  *rdmacm.ID
+	buf []byte
+	mr  *verbs.MR
+	// the peer's buffer
+	raddr uint64
+	rkey  uint32
+}
+
+const pdLen = 8 + 4 + 4 + 4 // addr, rkey, size, iterations
+
+func (s *side) privateData(c *Config) []byte {
+	b := make([]byte, pdLen)
+	binary.BigEndian.PutUint64(b, s.mr.Addr())
+	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
+	binary.BigEndian.PutUint32(b[12:], uint32(c.Size))
+	binary.BigEndian.PutUint32(b[16:], uint32(c.Iters))
+	return b
+}
+
+func (s *side) peer(pd []byte) error {
+	if len(pd) < pdLen {
+		return fmt.Errorf("perf: peer sent %d bytes of private data, want %d", len(pd), pdLen)
+	}
+	s.raddr, s.rkey = binary.BigEndian.Uint64(pd), binary.BigEndian.Uint32(pd[8:])
+	return nil
+}
+
+func qpAttr(c *Config) *verbs.QPInitAttr {
+	rq := c.TxDepth + 1
+	if c.Test == "send_bw" {
+		rq = c.Iters + 1
+	}
+	return &verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: c.TxDepth + 1, MaxRecvWR: rq,
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+}
+
+func (s *side) register(c *Config) error {
+	n := markSize(c.Size) * 2
+	s.buf = make([]byte, n)
+	var err error
+	s.mr, err = s.id.PD.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	return err
+}
+
+func (s *side) close() {
+	s.id.Close()
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+}
+
+// Serve accepts one connection on ln and plays the passive side of the
+// test the client asks for (size and iterations come from the client).
+func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
+	req, err := ln.GetRequest(ctx)
+	if err != nil {
+		return err
+	}
+	pd := req.PrivateData()
+	if len(pd) >= pdLen {
+		c.Size, c.Iters = int(binary.BigEndian.Uint32(pd[12:])), int(binary.BigEndian.Uint32(pd[16:]))
+	}
+	if err := c.Check(); err != nil {
+		req.Reject([]byte(err.Error()))
+		return err
+	}
+	s := &side{id: req}
+	defer s.close()
+	if err := req.CreateQP(nil, *qpAttr(&c)); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.register(&c); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.peer(pd); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.prepost(&c); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := req.Accept(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16}); err != nil {
+		return err
+	}
+	return s.serve(ctx, &c)
+}
+
+// Run connects to the server at addr, measures and returns the result.
+func Run(ctx context.Context, addr string, c Config) (Result, error) {
+	if err := c.Check(); err != nil {
+		return Result{}, err
+	}
+	id, err := rdmacm.CreateID(addr)
+	if err != nil {
+		return Result{}, err
+	}
+	s := &side{id: id}
+	defer s.close()
+	if err := id.CreateQP(nil, *qpAttr(&c)); err != nil {
+		return Result{}, err
+	}
+	if err := s.register(&c); err != nil {
+		return Result{}, err
+	}
+	if err := s.prepost(&c); err != nil {
+		return Result{}, err
+	}
+	err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
+		Extensions: c.Test == "atomic_lat"})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.peer(id.PrivateData()); err != nil {
+		return Result{}, err
+	}
+	r, err := s.run(ctx, &c)
+	if err == nil {
+		id.Disconnect()
+	}
+	return r, err
+}
+
+// Loopback runs a server and a client in this process over addr (host:port).
+func Loopback(ctx context.Context, addr string, c Config) (Result, error) {
+	if err := c.Check(); err != nil {
+		return Result{}, err
+	}
+	ln, err := rdmacm.Listen(addr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, ln, c) }()
+	r, err := Run(ctx, ln.LocalAddr().String(), c)
+	serr := <-served
+	if err == nil {
+		err = serr
+	}
+	return r, err
+}
+
+// prepost posts the receives a test needs before the connection exists
+// (iWARP: a message that finds no receive ends the connection).
+func (s *side) prepost(c *Config) error {
+	n := 0
+	switch c.Test {
+	case "send_lat":
+		n = 1
+	case "send_bw":
+		n = c.Iters
+	}
+	wr := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+	for range n {
+		if err := s.id.QP.PostRecv(wr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errPeer = errors.New("perf: the peer left before the test ended")
+
+// spin busy-polls cq for one completion.
+func spin(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) error {
+	for i := 0; ; i++ {
+		n, err := cq.Poll(wc[:1])
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			return wc[0].Err()
+		}
+		if i&0xfff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// serve is the passive side: it answers ping-pongs and waits for the end.
+func (s *side) serve(ctx context.Context, c *Config) error {
+	wc := make([]verbs.WC, 16)
+	switch c.Test {
+	case "send_lat":
+		send := []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{s.mr.SGE(c.Size, c.Size)}}}
+		if c.Size <= 64 {
+			send[0].Flags |= verbs.SendInline
+		}
+		recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+		for range c.Iters {
+			if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
+				return err
+			}
+			s.id.QP.PostRecv(recv)
+			if err := s.id.QP.PostSend(send); err != nil {
+				return err
+			}
+		}
+	case "write_lat":
+		return s.writePingPong(ctx, c, false, nil)
+	case "send_bw":
+		for got := 0; got < c.Iters; {
+			n, err := s.id.RecvCQ.Poll(wc)
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:n] {
+				if err := w.Err(); err != nil {
+					return err
+				}
+			}
+			got += n
+			if n == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	// The other tests are one-sided: wait for the client to leave.
+	select {
+	case <-s.id.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// writePingPong exchanges RDMA WRITEs carrying an iteration counter in the
+// last 8 bytes of the message; each side polls its buffer for the next
+// value (perftest's write_lat), polling its CQ too so that the transport
+// makes progress.
+func (s *side) writePingPong(ctx context.Context, c *Config, first bool, d *[]time.Duration) error {
+	size := markSize(c.Size)
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{s.mr.SGE(size, size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
+	if size <= 64 {
+		wr[0].Flags |= verbs.SendInline
+	}
+	wc := make([]verbs.WC, 16)
+	mark := s.buf[size-8 : size]
+	out := s.buf[2*size-8 : 2*size]
+	wait := func(want uint64) error {
+		for i := 0; load64(mark) != want; i++ {
+			s.id.SendCQ.Poll(wc)
+			if i&0xfff == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	for i := uint64(1); i <= uint64(c.Iters); i++ {
+		if !first {
+			if err := wait(i); err != nil {
+				return err
+			}
+		}
+		t0 := time.Now()
+		binary.NativeEndian.PutUint64(out, i)
+		if err := s.id.QP.PostSend(wr); err != nil {
+			return err
+		}
+		if first {
+			if err := wait(i); err != nil {
+				return err
+			}
+			*d = append(*d, time.Since(t0)/2)
+		}
+	}
+	return nil
+}
+
+// markSize is the message size of write_lat: at least 8 bytes and a
+// multiple of 8, so that the counter in its last 8 bytes is aligned.
+func markSize(n int) int { return (max(n, 8) + 7) &^ 7 }
+
+// run is the active side of every test.
+func (s *side) run(ctx context.Context, c *Config) (Result, error) {
+	res := Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters}
+	wc := make([]verbs.WC, 64)
+	if c.lat() {
+		d := make([]time.Duration, 0, c.Iters)
+		var wr []verbs.SendWR
+		switch c.Test {
+		case "send_lat":
+			send := []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{s.mr.SGE(c.Size, c.Size)}}}
+			if c.Size <= 64 {
+				send[0].Flags |= verbs.SendInline
+			}
+			recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+			for range c.Iters {
+				t0 := time.Now()
+				if err := s.id.QP.PostSend(send); err != nil {
+					return res, err
+				}
+				if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
+					return res, err
+				}
+				d = append(d, time.Since(t0)/2)
+				s.id.QP.PostRecv(recv)
+			}
+		case "write_lat":
+			if err := s.writePingPong(ctx, c, true, &d); err != nil {
+				return res, err
+			}
+		case "read_lat":
+			wr = []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
+		case "atomic_lat":
+			wr = []verbs.SendWR{{Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, 8)}, RemoteAddr: s.raddr, RKey: s.rkey, CompareAdd: 1}}
+		}
+		for range len(wr) * c.Iters {
+			t0 := time.Now()
+			if err := s.id.QP.PostSend(wr); err != nil {
+				return res, err
+			}
+			if err := spin(ctx, s.id.SendCQ, wc); err != nil {
+				return res, err
+			}
+			d = append(d, time.Since(t0))
+		}
+		summarize(&res, d)
+		return res, nil
+	}
+	return s.bandwidth(ctx, c, res)
+}
+
+func (s *side) bandwidth(ctx context.Context, c *Config, res Result) (Result, error) {
+	op := verbs.WRRDMAWrite
+	switch c.Test {
+	case "send_bw":
+		op = verbs.WRSend
+	case "read_bw":
+		op = verbs.WRRDMARead
+	}
+	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
+	depth := c.TxDepth
+	if op == verbs.WRRDMARead {
+		depth = min(depth, 16) // the ORD negotiated
+	}
+	wc := make([]verbs.WC, 64)
+	iters := c.Iters
+	deadline := time.Time{}
+	if c.Duration > 0 && op != verbs.WRSend {
+		iters = math.MaxInt
+		deadline = time.Now().Add(c.Duration)
+	}
+	// completions per twentieth of the run, for the peak
+	var marks []time.Duration
+	step := max(c.Iters/20, 1)
+	start := time.Now()
+	posted, done := 0, 0
+	for done < iters {
+		for posted-done < depth && posted < iters {
+			if err := s.id.QP.PostSend(wr); err != nil {
+				return res, err
+			}
+			posted++
+		}
+		n, err := s.id.SendCQ.Poll(wc)
+		if err != nil {
+			return res, err
+		}
+		for _, w := range wc[:n] {
+			if err := w.Err(); err != nil {
+				return res, err
+			}
+		}
+		for k := done + 1; k <= done+n; k++ {
+			if k%step == 0 {
+				marks = append(marks, time.Since(start))
+			}
+		}
+		done += n
+		if !deadline.IsZero() && time.Now().After(deadline) && iters == math.MaxInt {
+			iters = posted
+		}
+		if n == 0 && ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+	}
+	el := time.Since(start)
+	res.Iters = done
+	res.AvgMBs = float64(done) * float64(c.Size) / el.Seconds() / 1e6
+	res.MsgRate = float64(done) / el.Seconds() / 1e6
+	res.PeakMBs = res.AvgMBs
+	// The peak is the best window of at least a twentieth of the run and at
+	// least 5 ms: shorter windows measure how fast the socket buffers fill.
+	for i := 0; i < len(marks); i++ {
+		for j := i + 1; j < len(marks); j++ {
+			if dt := marks[j] - marks[i]; dt >= 5*time.Millisecond {
+				res.PeakMBs = max(res.PeakMBs, float64((j-i)*step)*float64(c.Size)/dt.Seconds()/1e6)
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+func summarize(r *Result, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	us := func(x time.Duration) float64 { return float64(x) / 1e3 }
+	var sum, sq float64
+	for _, x := range d {
+		sum += us(x)
+	}
+	avg := sum / float64(len(d))
+	for _, x := range d {
+		sq += (us(x) - avg) * (us(x) - avg)
+	}
+	at := func(q float64) float64 { return us(d[min(len(d)-1, int(q*float64(len(d))))]) }
+	r.Iters = len(d)
+	r.Min, r.Max, r.Typical, r.Avg = us(d[0]), us(d[len(d)-1]), at(0.5), avg
+	r.Stdev = math.Sqrt(sq / float64(len(d)))
+	r.P99, r.P999 = at(0.99), at(0.999)
+}
