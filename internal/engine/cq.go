@@ -39,8 +39,9 @@ type CQ struct {
 
 	// pollers drive providers in polled mode: Poll calls them when the ring
 	// is empty (copy-on-write; read with one atomic load).
-	pollers atomic.Pointer[[]Poller]
-	pmu     sync.Mutex
+	pollers    atomic.Pointer[[]Poller]
+	pmu        sync.Mutex
+	emptyPolls atomic.Uint32
 }
 
 // Poller is a provider's side of polled mode. PollProgress moves whatever
@@ -177,6 +178,12 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 				p.PollProgress()
 			}
 			n, err = cq.poll(wc)
+			// A busy-polling loop never enters the scheduler (its reads are
+			// raw syscalls), so it yields now and then: the provider's own
+			// goroutines (responses, flushes) must get a CPU on small machines.
+			if n == 0 && cq.emptyPolls.Add(1)&127 == 0 {
+				runtime.Gosched()
+			}
 		}
 	}
 	return n, err

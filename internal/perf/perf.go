@@ -16,7 +16,6 @@ package perf
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -250,7 +249,6 @@ func (s *side) prepost(c *Config) error {
 	return nil
 }
 
-var errPeer = errors.New("perf: the peer left before the test ended")
 
 // spin busy-polls cq for one completion.
 func spin(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) error {
@@ -306,13 +304,22 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 			}
 		}
 	}
-	// The other tests are one-sided: wait for the client to leave.
-	select {
-	case <-s.id.Done():
-	case <-ctx.Done():
-		return ctx.Err()
+	// The other tests are one-sided. A software RNIC needs a running
+	// receiver: busy-poll the CQ (polled mode reads the socket) until the
+	// client leaves, as the active side does.
+	done := s.id.Done()
+	for i := 0; ; i++ {
+		s.id.RecvCQ.Poll(wc)
+		if i&0x3ff == 0 {
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			default:
+			}
+		}
 	}
-	return nil
 }
 
 // writePingPong exchanges RDMA WRITEs carrying an iteration counter in the

@@ -12,6 +12,7 @@ import (
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -131,8 +132,16 @@ type conn struct {
 	nudgeArmed   atomic.Bool // the start-up nudge is scheduled (see sent)
 	nudgeNeeded  atomic.Bool // the transmit goroutine should send the start-up nudge
 	nudge        *time.Timer
-	idle         *time.Timer // the receive goroutine's, while the application polls
-	scq, rcq     *engine.CQ
+
+	// a response sent from the receive side (respondNow)
+	pending  []byte
+	rhdr     [96]byte
+	respIov  [3]unix.Iovec
+	respBufs [][]byte
+	respN    int
+	respFn   func(fd uintptr)
+	idle     *time.Timer // the receive goroutine's, while the application polls
+	scq, rcq *engine.CQ
 
 	// lifetime
 	once   sync.Once
@@ -161,6 +170,7 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 		c.rxSeen.Store(true) // the initiator speaks first
 	}
 	c.pollFn = c.pollFD
+	c.respFn = c.respWrite
 	c.rxWake = make(chan struct{}, 1)
 	c.idle = time.NewTimer(time.Hour)
 	c.idle.Stop()
@@ -255,7 +265,7 @@ func (c *conn) txLoop() {
 		select {
 		case <-c.txWake:
 			if c.nudgeNeeded.Swap(false) && !c.rxAny.Load() {
-				c.txMu.Lock()
+				c.lockTx()
 				c.hbuf = grow(c.hbuf[:0], wire.TaggedHeaderLen+8)[:wire.TaggedHeaderLen]
 				wire.PutTagged(c.hbuf, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
 				c.hbuf = wire.FinishFPDU(c.hbuf, 0, c.crc)
@@ -270,7 +280,7 @@ func (c *conn) txLoop() {
 				c.fail(fmt.Errorf("iwarp: send: %w", err), nil, nil)
 			}
 		case <-c.dying:
-			c.txMu.Lock()
+			c.lockTx()
 			if c.term != nil {
 				c.nc.Write(c.term)
 			}
@@ -287,6 +297,89 @@ func (c *conn) txLoop() {
 			return
 		}
 	}
+}
+
+// lockTx takes the stream and first writes what a response sent from the
+// receive side left unwritten (see respondNow).
+func (c *conn) lockTx() error {
+	c.txMu.Lock()
+	if len(c.pending) == 0 {
+		return nil
+	}
+	p := c.pending
+	c.pending = nil
+	_, err := c.nc.Write(p)
+	return err
+}
+
+// respondNow sends a one-FPDU response (a Read Response or an Atomic
+// Response) from the receive side, saving the transmit goroutine's wake-up
+// (tens of microseconds) on the read and atomic latency path. It never
+// blocks: it needs the stream free and writes without waiting; what the
+// socket does not take at once is kept in c.pending, which the next owner
+// of the stream writes before anything else.
+func (c *conn) respondNow(r *resp) bool {
+	if !c.txMu.TryLock() {
+		return false
+	}
+	defer c.txMu.Unlock()
+	if len(c.pending) > 0 {
+		return false
+	}
+	var bufs [3][]byte
+	nb := 0
+	if r.kind == respRead {
+		hl := wire.TaggedHeaderLen
+		ulen := hl - wire.MPALenLen + len(r.src)
+		h := c.rhdr[:hl]
+		wire.PutTagged(h, wire.OpReadResponse, true, r.stag, r.to, ulen)
+		pad := wire.Pad(ulen)
+		var crc uint32
+		if c.crc {
+			c.txCRC.Reset()
+			c.txCRC.Update(h)
+			c.txCRC.Update(r.src)
+			c.txCRC.UpdatePad(pad)
+			crc = c.txCRC.Sum()
+		}
+		t := c.rhdr[hl : hl+pad+wire.CRCLen]
+		wire.PutTrailer(t, pad, crc)
+		bufs[0], nb = h, 1
+		if len(r.src) > 0 {
+			bufs[1], nb = r.src, 2
+		}
+		bufs[nb], nb = t, nb+1
+	} else {
+		f := c.rhdr[:wire.AtomicResponseLen]
+		wire.PutAtomicResponse(f, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
+		bufs[0], nb = wire.FinishFPDU(f, 0, c.crc), 1
+	}
+	raceRelease()
+	c.respBufs, c.respN = bufs[:nb], 0
+	c.raw.Control(c.respFn) // a closed socket leaves respN 0: the rest goes nowhere, as the connection is ending
+	n, total := c.respN, 0
+	for _, b := range bufs[:nb] {
+		total += len(b)
+	}
+	if n < total {
+		// Keep the rest: the stream must carry it before anything else.
+		rest := make([]byte, 0, total-n)
+		for _, b := range bufs[:nb] {
+			if n >= len(b) {
+				n -= len(b)
+				continue
+			}
+			rest = append(rest, b[n:]...)
+			n = 0
+		}
+		c.pending = rest
+		c.wakeTx()
+	}
+	return true
+}
+
+func (c *conn) respWrite(fd uintptr) {
+	c.respN, _ = writevNB(int(fd), &c.respIov, c.respBufs)
 }
 
 func (c *conn) wakeTx() {
@@ -314,8 +407,11 @@ func (c *conn) sendResponses() error {
 			c.irq = c.irq[:0:cap(c.irq)]
 		}
 		c.irqMu.Unlock()
-		c.txMu.Lock()
-		var err error
+		err := c.lockTx()
+		if err != nil {
+			c.txMu.Unlock()
+			return err
+		}
 		switch r.kind {
 		case respRead:
 			err = c.sendTagged(wire.OpReadResponse, r.stag, r.to, oneSeg(r.src), len(r.src))
@@ -369,7 +465,11 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	wr := &w.WR
 	var segs [][]byte
 	var st verbs.WCStatus
-	c.txMu.Lock()
+	if err := c.lockTx(); err != nil {
+		c.txMu.Unlock()
+		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
 	defer c.txMu.Unlock()
 	var err error
 	switch wr.Opcode {

@@ -45,3 +45,32 @@ func rawRead(fd int, b []byte) (int, error) {
 	}
 	return int(n), nil
 }
+
+// writevNB writes bufs (at most 3) with one non-blocking writev(2) and
+// returns how many bytes the socket took (0 when it would block).
+func writevNB(fd int, iov *[3]unix.Iovec, bufs [][]byte) (int, error) {
+	n := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		iov[n].Base = &b[0]
+		iov[n].SetLen(len(b))
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	for {
+		w, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return 0, nil
+		case e != 0:
+			return 0, e
+		}
+		return int(w), nil
+	}
+}

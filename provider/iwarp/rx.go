@@ -628,10 +628,18 @@ func protCode(f engine.Fault) wire.RDMAPCode {
 func (c *conn) queueResp(h wire.Header, r resp) error {
 	c.irqMu.Lock()
 	full := len(c.irq) >= c.ird // IRD 0: no inbound reads or atomics at all
-	if !full {
-		c.irq = append(c.irq, r)
-	}
+	now := !full && len(c.irq) == 0 && len(r.src) <= c.payloadMax(wire.TaggedHeaderLen)
 	c.irqMu.Unlock()
+	// With nothing queued before it (only this goroutine queues), a small
+	// response may go out at once; otherwise the transmit goroutine sends it.
+	if now && c.respondNow(&r) {
+		return nil
+	}
+	if !full {
+		c.irqMu.Lock()
+		c.irq = append(c.irq, r)
+		c.irqMu.Unlock()
+	}
 	if full {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicStream), h, nil, "more outstanding Read/Atomic Requests than IRD")
 		return errStop
