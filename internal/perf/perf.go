@@ -56,7 +56,9 @@ type Result struct {
 	MsgRate float64 `json:"msg_rate_mpps,omitempty"`
 }
 
-func (c *Config) lat() bool { return c.Test == "send_lat" || c.Test == "write_lat" || c.Test == "read_lat" || c.Test == "atomic_lat" }
+func (c *Config) lat() bool {
+	return c.Test == "send_lat" || c.Test == "write_lat" || c.Test == "read_lat" || c.Test == "atomic_lat"
+}
 
 // Check validates a configuration.
 func (c *Config) Check() error {
@@ -248,7 +250,6 @@ func (s *side) prepost(c *Config) error {
 	}
 	return nil
 }
-
 
 // spin busy-polls cq for one completion.
 func spin(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) error {
