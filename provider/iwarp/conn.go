@@ -136,7 +136,8 @@ type conn struct {
 	// a response sent from the receive side (respondNow)
 	pending  []byte
 	rhdr     [96]byte
-	respIov  [3]unix.Iovec
+	respIov  [3 * respFPDUs]unix.Iovec
+	respSeg  [1][]byte
 	respBufs [][]byte
 	respN    int
 	respFn   func(fd uintptr)
@@ -326,45 +327,34 @@ func (c *conn) respondNow(r *resp) bool {
 	if len(c.pending) > 0 {
 		return false
 	}
-	var bufs [3][]byte
-	nb := 0
+	var bufs [][]byte
 	if r.kind == respRead {
-		hl := wire.TaggedHeaderLen
-		ulen := hl - wire.MPALenLen + len(r.src)
-		h := c.rhdr[:hl]
-		wire.PutTagged(h, wire.OpReadResponse, true, r.stag, r.to, ulen)
-		pad := wire.Pad(ulen)
-		var crc uint32
-		if c.crc {
-			c.txCRC.Reset()
-			c.txCRC.Update(h)
-			c.txCRC.Update(r.src)
-			c.txCRC.UpdatePad(pad)
-			crc = c.txCRC.Sum()
-		}
-		t := c.rhdr[hl : hl+pad+wire.CRCLen]
-		wire.PutTrailer(t, pad, crc)
-		bufs[0], nb = h, 1
+		c.respSeg[0] = r.src
+		segs := c.respSeg[:0]
 		if len(r.src) > 0 {
-			bufs[1], nb = r.src, 2
+			segs = c.respSeg[:1]
 		}
-		bufs[nb], nb = t, nb+1
+		stag, to := r.stag, r.to
+		bufs = c.build(wire.TaggedHeaderLen, segs, len(r.src), func(h []byte, off, plen int, last bool) {
+			wire.PutTagged(h, wire.OpReadResponse, last, stag, to+uint64(off), wire.TaggedHeaderLen-wire.MPALenLen+plen)
+		})
 	} else {
 		f := c.rhdr[:wire.AtomicResponseLen]
 		wire.PutAtomicResponse(f, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
-		bufs[0], nb = wire.FinishFPDU(f, 0, c.crc), 1
+		c.respSeg[0] = wire.FinishFPDU(f, 0, c.crc)
+		bufs = c.respSeg[:1]
 	}
 	raceRelease()
-	c.respBufs, c.respN = bufs[:nb], 0
+	c.respBufs, c.respN = bufs, 0
 	c.raw.Control(c.respFn) // a closed socket leaves respN 0: the rest goes nowhere, as the connection is ending
 	n, total := c.respN, 0
-	for _, b := range bufs[:nb] {
+	for _, b := range bufs {
 		total += len(b)
 	}
 	if n < total {
 		// Keep the rest: the stream must carry it before anything else.
 		rest := make([]byte, 0, total-n)
-		for _, b := range bufs[:nb] {
+		for _, b := range bufs {
 			if n >= len(b) {
 				n -= len(b)
 				continue
@@ -379,8 +369,11 @@ func (c *conn) respondNow(r *resp) bool {
 }
 
 func (c *conn) respWrite(fd uintptr) {
-	c.respN, _ = writevNB(int(fd), &c.respIov, c.respBufs)
+	c.respN, _ = writevNB(int(fd), c.respIov[:], c.respBufs)
 }
+
+// respFPDUs is the largest response, in FPDUs, that respondNow sends.
+const respFPDUs = 4
 
 func (c *conn) wakeTx() {
 	select {
@@ -604,6 +597,16 @@ func (c *conn) sendTagged(op wire.Opcode, stag uint32, to uint64, segs [][]byte,
 // registered memory in segs. put writes the header of the FPDU carrying
 // plen bytes at message offset off.
 func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) error {
+	c.nb = c.build(hdrLen, segs, n, put)
+	raceRelease()
+	_, err := c.nb.WriteTo(c.nc)
+	c.sent()
+	return err
+}
+
+// build lays out a message's FPDUs in c.iov: headers and trailers in
+// c.hbuf, payload pieces from segs. c.txMu is held.
+func (c *conn) build(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	maxp := c.payloadMax(hdrLen)
 	nf := 1
 	if n > 0 {
@@ -654,11 +657,7 @@ func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, pl
 		off += plen
 	}
 	c.iov = iov
-	c.nb = iov
-	raceRelease()
-	_, err := c.nb.WriteTo(c.nc)
-	c.sent()
-	return err
+	return iov
 }
 
 // nudgeDelay is how long an initiator waits for the peer's first FPDU

@@ -46,9 +46,9 @@ func rawRead(fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// writevNB writes bufs (at most 3) with one non-blocking writev(2) and
-// returns how many bytes the socket took (0 when it would block).
-func writevNB(fd int, iov *[3]unix.Iovec, bufs [][]byte) (int, error) {
+// writevNB writes bufs (at most len(iov) of them) with one non-blocking
+// writev(2) and returns how many bytes the socket took (0 when it would block).
+func writevNB(fd int, iov []unix.Iovec, bufs [][]byte) (int, error) {
 	n := 0
 	for _, b := range bufs {
 		if len(b) == 0 {

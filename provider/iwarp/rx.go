@@ -628,7 +628,7 @@ func protCode(f engine.Fault) wire.RDMAPCode {
 func (c *conn) queueResp(h wire.Header, r resp) error {
 	c.irqMu.Lock()
 	full := len(c.irq) >= c.ird // IRD 0: no inbound reads or atomics at all
-	now := !full && len(c.irq) == 0 && len(r.src) <= c.payloadMax(wire.TaggedHeaderLen)
+	now := !full && len(c.irq) == 0 && len(r.src) <= respFPDUs*c.payloadMax(wire.TaggedHeaderLen)
 	c.irqMu.Unlock()
 	// With nothing queued before it (only this goroutine queues), a small
 	// response may go out at once; otherwise the transmit goroutine sends it.
