@@ -16,7 +16,10 @@ import (
 	"github.com/goverbs/goverbs/rdmacm"
 )
 
-const perfHelp = `usage: goverbs perf TEST [flags] [SERVER]
+const perfHelp = `usage: goverbs perf [TEST [flags] [SERVER]]
+
+With no TEST, every test runs once in loopback at its default size and one
+summary table is printed (the README's main job).
 
 TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw, atomic_lat.
 With no SERVER and no -server, both ends run in this process over a real
@@ -48,7 +51,10 @@ func perfCmd(args []string) error {
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines")
 	qps := fs.Int("q", 1, "number of QPs (only 1 for now)")
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		return perfAll()
+	}
+	if args[0] == "-h" || args[0] == "--help" {
 		fs.Usage()
 		return errors.New("perf: name a test")
 	}
@@ -134,4 +140,39 @@ func perfCmd(args []string) error {
 		w.Flush()
 	}
 	return w.Flush()
+}
+
+// perfAll runs every test once in loopback with its defaults and prints
+// one table.
+func perfAll() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	fmt.Println("goverbs perf: every test in loopback over iWARP/TCP (iwarp0, one process, both ends busy-polling)")
+	fmt.Println()
+	lw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(lw, "test\tbytes\titerations\tt_min[us]\tt_typical[us]\tt_avg[us]\t99%[us]\t99.9%[us]\t")
+	bw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(bw, "test\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
+	for _, test := range perf.Tests {
+		c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128}
+		lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
+		if lat {
+			c.Size, c.Iters = 8, 20000
+		}
+		r, err := perf.Loopback(ctx, "127.0.0.1:0", c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", test, err)
+		}
+		if lat {
+			fmt.Fprintf(lw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", test, r.Bytes, r.Iters, r.Min, r.Typical, r.Avg, r.P99, r.P999)
+		} else {
+			fmt.Fprintf(bw, "%s\t%d\t%d\t%.0f\t%.0f\t%.4f\t\n", test, r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+		}
+	}
+	lw.Flush()
+	fmt.Println()
+	bw.Flush()
+	fmt.Println()
+	fmt.Println("latency: send and write are half a round trip, read and atomic one whole operation (see goverbs perf -h)")
+	return nil
 }
