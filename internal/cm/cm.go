@@ -97,6 +97,7 @@ type RejectedError struct {
 	Reason      string
 }
 
+// Error describes the rejection.
 func (e *RejectedError) Error() string {
 	if e.Reason != "" {
 		return fmt.Sprintf("cm: connection rejected: %s", e.Reason)

@@ -61,6 +61,7 @@ const (
 
 var faultNames = [...]string{"none", "invalid key", "protection domain mismatch", "access denied", "out of bounds", "misaligned atomic", "length error", "no receive buffer"}
 
+// String names the fault.
 func (f Fault) String() string {
 	if int(f) < len(faultNames) {
 		return faultNames[f]

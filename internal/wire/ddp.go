@@ -40,6 +40,7 @@ var opNames = [...]string{
 	"Terminate", "Immediate", "ImmediateSE", "AtomicRequest", "AtomicResponse",
 }
 
+// String names the opcode as RFC 5040 and RFC 7306 do.
 func (o Opcode) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]

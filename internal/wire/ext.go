@@ -65,6 +65,7 @@ const (
 	AtomicCompareSwap AtomicOp = 2
 )
 
+// String names the atomic operation.
 func (o AtomicOp) String() string {
 	switch o {
 	case AtomicFetchAdd:

@@ -65,6 +65,7 @@ const (
 	RTRRead                  // D: zero-length RDMA Read Request
 )
 
+// String lists the RTR kinds in the set.
 func (r RTR) String() string {
 	if r == 0 {
 		return "none"

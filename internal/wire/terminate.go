@@ -19,6 +19,7 @@ const (
 	LayerLLP   Layer = 2 // MPA
 )
 
+// String names the layer.
 func (l Layer) String() string {
 	switch l {
 	case LayerRDMAP:
@@ -41,6 +42,7 @@ const (
 	RDMAPRemoteOperation   RDMAPEType = 2
 )
 
+// String names the error type.
 func (e RDMAPEType) String() string {
 	switch e {
 	case RDMAPLocalCatastrophic:
@@ -73,6 +75,7 @@ const (
 	RDMAPUnspecified        RDMAPCode = 0xFF
 )
 
+// String names the error code.
 func (c RDMAPCode) String() string {
 	switch c {
 	case RDMAPInvalidSTag:
@@ -111,6 +114,7 @@ const (
 	DDPUntagged     DDPEType = 2 // codes DDPUntaggedCode
 )
 
+// String names the error type.
 func (e DDPEType) String() string {
 	switch e {
 	case DDPCatastrophic:
@@ -138,6 +142,7 @@ const (
 	DDPTagBadVersion        DDPTaggedCode = 0x04
 )
 
+// String names the error code.
 func (c DDPTaggedCode) String() string {
 	switch c {
 	case DDPTagInvalidSTag:
@@ -167,6 +172,7 @@ const (
 	DDPUntagBadVersion DDPUntaggedCode = 0x06
 )
 
+// String names the error code.
 func (c DDPUntaggedCode) String() string {
 	switch c {
 	case DDPUntagInvalidQN:
@@ -191,6 +197,7 @@ type LLPEType uint8
 // LLPMPA is the only LLP error type.
 const LLPMPA LLPEType = 0
 
+// String names the error type.
 func (e LLPEType) String() string {
 	if e == LLPMPA {
 		return "MPA"
@@ -212,6 +219,7 @@ const (
 	MPANoMatchingRTR     MPACode = 0x07
 )
 
+// String names the error code.
 func (c MPACode) String() string {
 	switch c {
 	case MPAStreamLost:

@@ -32,6 +32,7 @@ type TerminateError struct {
 	Info  string
 }
 
+// Error describes the Terminate and its direction.
 func (e *TerminateError) Error() string {
 	dir := "received"
 	if e.Sent {
