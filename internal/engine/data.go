@@ -118,25 +118,6 @@ func CopyInto(dst [][]byte, off int, src []byte) int {
 	return n
 }
 
-// CopyFrom copies from the segment list src, starting at byte offset off of
-// the list, into dst and returns the number of bytes copied.
-func CopyFrom(dst []byte, src [][]byte, off int) int {
-	n := 0
-	for _, s := range src {
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		c := copy(dst[n:], s[off:])
-		n += c
-		off = 0
-		if n == len(dst) {
-			break
-		}
-	}
-	return n
-}
-
 // TotalLen returns the number of bytes in a segment list.
 func TotalLen(segs [][]byte) int {
 	n := 0

@@ -84,17 +84,14 @@ func BenchmarkSendRecvRate(b *testing.B) {
 	}
 }
 
-// BenchmarkSendRecvPingPong measures the one-way latency of 8-byte
-// SEND/RECV between two goroutines that busy-poll their receive CQs: each
-// iteration is one round trip, reported as ns/op and as half of it.
-func BenchmarkSendRecvPingPong(b *testing.B) {
-	p := newBenchPair(b, 4096)
+// pingPong runs b.N round trips between two goroutines that busy-poll
+// their receive CQs; mk gives side i its send and receive requests.
+func pingPong(b *testing.B, p *benchPair, mk func(i int) ([]verbs.SendWR, []verbs.RecvWR)) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // the echo side
 		defer wg.Done()
-		send := []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{p.mr[1].SGE(64, 8)}}}
-		recv := []verbs.RecvWR{{SGList: []verbs.SGE{p.mr[1].SGE(0, 8)}}}
+		send, recv := mk(1)
 		wc := make([]verbs.WC, 4)
 		p.qp[1].PostRecv(recv)
 		for range b.N {
@@ -103,8 +100,7 @@ func BenchmarkSendRecvPingPong(b *testing.B) {
 			p.qp[1].PostSend(send)
 		}
 	}()
-	send := []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{p.mr[0].SGE(64, 8)}}}
-	recv := []verbs.RecvWR{{SGList: []verbs.SGE{p.mr[0].SGE(0, 8)}}}
+	send, recv := mk(0)
 	wc := make([]verbs.WC, 4)
 	p.qp[0].PostRecv(recv)
 	b.ResetTimer()
@@ -116,6 +112,17 @@ func BenchmarkSendRecvPingPong(b *testing.B) {
 	b.StopTimer()
 	wg.Wait()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
+}
+
+// BenchmarkSendRecvPingPong measures the one-way latency of 8-byte
+// SEND/RECV between two goroutines that busy-poll their receive CQs: each
+// iteration is one round trip, reported as ns/op and as half of it.
+func BenchmarkSendRecvPingPong(b *testing.B) {
+	p := newBenchPair(b, 4096)
+	pingPong(b, p, func(i int) ([]verbs.SendWR, []verbs.RecvWR) {
+		return []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{p.mr[i].SGE(64, 8)}}},
+			[]verbs.RecvWR{{SGList: []verbs.SGE{p.mr[i].SGE(0, 8)}}}
+	})
 }
 
 // BenchmarkRDMAWrite measures RDMA WRITE bandwidth: a window of signaled
@@ -155,35 +162,10 @@ func BenchmarkRDMAWrite(b *testing.B) {
 // one iteration is a round trip.
 func BenchmarkRDMAWriteImmPingPong(b *testing.B) {
 	p := newBenchPair(b, 4096)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	mk := func(i int) ([]verbs.SendWR, []verbs.RecvWR) {
+	pingPong(b, p, func(i int) ([]verbs.SendWR, []verbs.RecvWR) {
 		o := 1 - i
 		return []verbs.SendWR{{Opcode: verbs.WRRDMAWriteWithImm, SGList: []verbs.SGE{p.mr[i].SGE(0, 8)},
 				RemoteAddr: p.mr[o].RemoteAddr(64), RKey: p.mr[o].RKey()}},
 			[]verbs.RecvWR{{}}
-	}
-	go func() {
-		defer wg.Done()
-		send, recv := mk(1)
-		wc := make([]verbs.WC, 4)
-		p.qp[1].PostRecv(recv)
-		for range b.N {
-			spinPoll(p.rcq[1], wc)
-			p.qp[1].PostRecv(recv)
-			p.qp[1].PostSend(send)
-		}
-	}()
-	send, recv := mk(0)
-	wc := make([]verbs.WC, 4)
-	p.qp[0].PostRecv(recv)
-	b.ResetTimer()
-	for range b.N {
-		p.qp[0].PostSend(send)
-		spinPoll(p.rcq[0], wc)
-		p.qp[0].PostRecv(recv)
-	}
-	b.StopTimer()
-	wg.Wait()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
+	})
 }
