@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/goverbs/goverbs/verbs"
 	"sync/atomic"
 	"unsafe"
 )
@@ -30,4 +31,19 @@ func compareSwap(p *uint64, cmp, swap uint64) uint64 {
 			return old
 		}
 	}
+}
+
+// AtomicAt executes a verbs atomic (fetch-and-add or compare-and-swap) on
+// the 8-byte word at b[0:8], which may be memory shared with another
+// process, and returns the previous value; ok is false when the word is not
+// naturally aligned.
+func AtomicAt(b []byte, op verbs.WROpcode, compareAdd, swap uint64) (old uint64, ok bool) {
+	p, ok := word64(b)
+	if !ok {
+		return 0, false
+	}
+	if op == verbs.WRAtomicFetchAndAdd {
+		return fetchAdd(p, compareAdd), true
+	}
+	return compareSwap(p, compareAdd, swap), true
 }

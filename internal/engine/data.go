@@ -61,6 +61,23 @@ func (q *QP) ResolveRemote(rkey uint32, addr uint64, n uint32, need verbs.Access
 	return b, f
 }
 
+// LookupRemote returns the valid region that rkey names, if it belongs to
+// the QP's PD, for a provider that gives the peer direct access to it; the
+// access, bounds and QP checks are then the provider's to make.
+func (q *QP) LookupRemote(rkey uint32) (*MR, Fault) {
+	mr := q.dev.mrs.lookup(rkey)
+	if mr == nil {
+		return nil, FaultKey
+	}
+	if mr.pd != q.pd {
+		return nil, FaultPD
+	}
+	return mr, FaultNone
+}
+
+// Access returns the QP's access flags (IBV_QP_ACCESS_FLAGS).
+func (q *QP) Access() verbs.AccessFlags { return verbs.AccessFlags(q.aaccess.Load()) }
+
 // Atomic executes an incoming atomic operation on this QP, the responder,
 // and returns the value the target held before. The target needs remote
 // atomic access and 8-byte alignment (FaultAlign). The 64-bit value is in the

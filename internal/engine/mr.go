@@ -20,6 +20,59 @@ type MR struct {
 	valid  atomic.Bool // the keys work: registered and not invalidated
 	gone   atomic.Bool // deregistered
 	dev    *Device
+
+	// revokers are told when the keys stop working: a provider that gave
+	// another process direct access to the region (shm) withdraws it.
+	rmu      sync.Mutex
+	revokers map[uint64]func()
+	nextRev  uint64
+}
+
+// Bytes returns the region's memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// Addr returns the region's address (its first byte's remote address).
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Access returns the region's access flags.
+func (mr *MR) Access() verbs.AccessFlags { return mr.access }
+
+// OnRevoke registers f to run when the region's keys stop working
+// (deregistration or a Send with Invalidate), and returns a function that
+// unregisters it. f runs once, on the goroutine that revokes, after the
+// keys already fail; Dereg returns only after f returned. If the keys have
+// already stopped working, f runs at once.
+func (mr *MR) OnRevoke(f func()) (cancel func()) {
+	mr.rmu.Lock()
+	if !mr.valid.Load() {
+		mr.rmu.Unlock()
+		f()
+		return func() {}
+	}
+	if mr.revokers == nil {
+		mr.revokers = map[uint64]func(){}
+	}
+	id := mr.nextRev
+	mr.nextRev++
+	mr.revokers[id] = f
+	mr.rmu.Unlock()
+	return func() {
+		mr.rmu.Lock()
+		delete(mr.revokers, id)
+		mr.rmu.Unlock()
+	}
+}
+
+// revoke makes the keys fail and runs the revokers.
+func (mr *MR) revoke() {
+	mr.rmu.Lock()
+	mr.valid.Store(false)
+	fs := mr.revokers
+	mr.revokers = nil
+	mr.rmu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // LKey implements verbs.MRDriver.
@@ -35,14 +88,14 @@ func (mr *MR) Dereg() error {
 	if mr.gone.Swap(true) {
 		return verbs.ErrClosed
 	}
-	mr.valid.Store(false)
+	mr.revoke()
 	mr.dev.mrs.remove(mr)
 	mr.pd.refs.Add(-1)
 	return nil
 }
 
 // invalidate is Send-with-Invalidate's effect on the target region.
-func (mr *MR) invalidate() { mr.valid.Store(false) }
+func (mr *MR) invalidate() { mr.revoke() }
 
 // Fault says why an access to registered memory was refused.
 type Fault uint8
