@@ -10,13 +10,19 @@ import (
 func allocBuffer(size int) (*Buffer, error) {
 	page := os.Getpagesize()
 	size = (size + page - 1) &^ (page - 1)
-	fd, err := unix.MemfdCreate("goverbs-buffer", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("goverbs-buffer", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: memfd_create: %w", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("verbs: ftruncate memfd to %d bytes: %w", size, err)
+	}
+	// The size is sealed: a process the fd is passed to (provider shm) can
+	// then map it without fearing SIGBUS from a later truncation.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("verbs: seal memfd: %w", err)
 	}
 	b, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -50,6 +50,16 @@ type Fixture interface {
 	AHTo(t testing.TB, ctx *verbs.Context) verbs.AHAttr
 }
 
+// Allocator is implemented by a fixture whose provider treats some memory
+// specially (shm maps memory from verbs.AllocBuffer into the peer): the
+// buffers of the suite's sides come from Buffer instead of the Go heap.
+type Allocator interface {
+	Buffer(t testing.TB, n int) []byte
+}
+
+// alloc is the running fixture's Allocator, if it has one.
+var alloc Allocator
+
 // Case is one named test of the suite.
 type Case struct {
 	Name string
@@ -68,6 +78,8 @@ func Cases() []Case { return cases }
 // subtest with a goroutine-leak check.
 func Run(t *testing.T, f Fixture) {
 	caps := f.Caps()
+	alloc, _ = f.(Allocator)
+	defer func() { alloc = nil }()
 	var skipped []string
 	for _, c := range cases {
 		if c.Need != nil && !c.Need(caps) {
@@ -166,7 +178,11 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 	if acc == 0 {
 		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	}
-	s.Buf = make([]byte, size)
+	if alloc != nil {
+		s.Buf = alloc.Buffer(t, size)
+	} else {
+		s.Buf = make([]byte, size)
+	}
 	if s.MR, err = s.PD.RegMR(s.Buf, acc); err != nil {
 		t.Fatalf("RegMR: %v", err)
 	}

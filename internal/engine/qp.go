@@ -537,6 +537,10 @@ func (q *QP) Progress() { q.progress() }
 // peers.
 func (q *QP) CompleteDeferred(w *WQE, seq uint64, status verbs.WCStatus) bool {
 	q.mu.Lock()
+	if status != verbs.WCSuccess && q.state == verbs.QPSErr {
+		// An earlier request's error came first: this one is flushed.
+		status = verbs.WCWRFlushErr
+	}
 	if w.seq == seq && w.state == wqeTx {
 		// The wire finished the request before Transmit returned Pending:
 		// txResult completes it.

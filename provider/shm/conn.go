@@ -1,0 +1,377 @@
+package shm
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// conn is one connected QP: the engine's wire for it.
+type conn struct {
+	q       *engine.QP
+	uc      *net.UnixConn
+	raw     syscall.RawConn
+	mine    *segment // we consume its rings
+	peer    *segment // we produce into its rings
+	peerQPN uint32
+	pdata   []byte
+	ird     int
+	ord     int
+
+	scq, rcq *engine.CQ
+
+	// users counts goroutines inside the segments; the teardown sets
+	// closing and waits for zero before unmapping.
+	users   atomic.Int64
+	closing atomic.Bool
+
+	// Transmit's state (the engine runs one Transmit at a time per QP).
+	reqOut  prodRing
+	tx      txState
+	src     [][]byte
+	dst     [][]byte
+	last    *remote // the last region used directly
+	stallAt atomic.Uint64
+	stalled atomic.Bool // Transmit stalled for ring space or ordering
+
+	// The consumer's state (consMu).
+	consMu  sync.Mutex
+	reqIn   consRing
+	respIn  consRing
+	respOut prodRing
+	rx      rxState
+	stopped atomic.Bool // our QP failed: consume nothing more
+	held    atomic.Bool // the request consumer waits (RNR, response ring full)
+
+	// Requests waiting for the peer (sqMu).
+	ackMu sync.Mutex // held while completing
+	sqMu  sync.Mutex
+	acks  pendQ // done when the peer's head passes them
+	resps pendQ // done when their response arrives
+	nout  atomic.Int32
+	done1 []done // scratch for completions, used under sqMu
+
+	// Regions of the peer we map (mapMu).
+	mapMu  sync.Mutex
+	maps   map[uint32]*remote
+	asking map[uint32]bool
+
+	// Regions of ours the peer maps (expMu).
+	expMu   sync.Mutex
+	exps    []*export
+	expDead bool
+
+	polled    atomic.Bool
+	polls     atomic.Uint64
+	lastPolls uint64
+
+	once  sync.Once
+	err   error
+	dying chan struct{}
+	done  chan struct{}
+}
+
+func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int) *conn {
+	c := &conn{q: q, uc: uc, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
+		maps: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
+		dying: make(chan struct{}), done: make(chan struct{})}
+	l := mine.l
+	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
+	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)
+	c.reqOut.init(peer, ctlReq, l.reqOff(), l.reqSize)
+	c.respOut.init(peer, ctlResp, l.respOff(), l.respSize)
+	// Until the application polls, ask to be poked.
+	atomic.StoreUint32(c.reqIn.c.sleep, 1)
+	atomic.StoreUint32(c.respIn.c.sleep, 1)
+	atomic.StoreUint32(mine.u32(offIRD), uint32(ird))
+	return c
+}
+
+// start makes c the QP's wire (RTS) and runs the socket goroutine.
+func (c *conn) start() error {
+	raw, err := c.uc.SyscallConn()
+	if err != nil {
+		c.abort()
+		return err
+	}
+	c.raw = raw
+	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.q.Access()))
+	c.scq, c.rcq = c.q.CQs()
+	if err := c.q.Establish(c, uint8(c.ird), uint8(c.ord)); err != nil {
+		c.abort()
+		return err
+	}
+	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.q.Access()))
+	c.scq.AddPoller(c)
+	if c.rcq != c.scq {
+		c.rcq.AddPoller(c)
+	}
+	go c.rxLoop()
+	return nil
+}
+
+// abort undoes a connection that never started.
+func (c *conn) abort() {
+	c.uc.Close()
+	c.mine.unmap()
+	c.peer.unmap()
+	close(c.done)
+}
+
+// enter admits a goroutine into the segments; false once they are going away.
+func (c *conn) enter() bool {
+	c.users.Add(1)
+	if c.closing.Load() {
+		c.users.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *conn) leave() { c.users.Add(-1) }
+
+// close ends the connection once: the socket closes (the peer sees EOF) and
+// the socket goroutine then releases everything. It never calls the QP.
+func (c *conn) close(err error) {
+	c.once.Do(func() {
+		c.err = err
+		close(c.dying)
+		c.uc.Close()
+	})
+}
+
+func (c *conn) isDying() bool {
+	select {
+	case <-c.dying:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail closes the connection and flushes the QP.
+func (c *conn) fail(err error) {
+	c.close(err)
+	c.q.SetError()
+}
+
+// rxLoop reads the socket: pokes, region mappings, and the end of the
+// connection, after which it releases the connection's resources.
+func (c *conn) rxLoop() {
+	defer close(c.done)
+	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
+	deadline := false
+	for {
+		if c.polled.Load() {
+			c.uc.SetReadDeadline(time.Now().Add(pollIdle))
+			deadline = true
+		} else if deadline {
+			c.uc.SetReadDeadline(time.Time{})
+			deadline = false
+		}
+		msg, fds, err := readMsg(c.uc, buf, oob)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				select {
+				case <-c.dying:
+				default:
+					c.idleCheck()
+					continue
+				}
+			}
+			c.peerGone(err)
+			break
+		}
+		switch msg[0] {
+		case msgPoke:
+			closeFds(fds)
+			c.wake()
+		case msgMapReq:
+			closeFds(fds)
+			c.serveMap(msg)
+		case msgMapRep:
+			c.installMap(msg, fds)
+		default:
+			closeFds(fds)
+			c.fail(errProto)
+		}
+	}
+	c.teardown()
+}
+
+// pollIdle is how long an application may go without polling before the
+// connection falls back to being poked.
+const pollIdle = 2 * time.Millisecond
+
+// peerGone handles the end of the socket.
+func (c *conn) peerGone(err error) {
+	select {
+	case <-c.dying: // we closed it
+		return
+	default:
+	}
+	if errors.Is(err, errPeerClosed) {
+		err = ErrPeerDisconnect
+	}
+	c.fail(err)
+}
+
+// teardown releases the connection after the socket closed: no goroutine
+// is left inside the segments when they are unmapped.
+func (c *conn) teardown() {
+	c.q.SetError()
+	c.scq.RemovePoller(c)
+	c.rcq.RemovePoller(c)
+	c.expMu.Lock()
+	for i, e := range c.exps {
+		if e != nil {
+			e.cancel()
+			c.exps[i] = nil
+		}
+	}
+	c.expDead = true
+	c.expMu.Unlock()
+	c.closing.Store(true)
+	for c.users.Load() != 0 {
+		time.Sleep(20 * time.Microsecond)
+	}
+	c.mapMu.Lock()
+	for k, r := range c.maps {
+		r.unmap()
+		delete(c.maps, k)
+	}
+	c.mapMu.Unlock()
+	c.last = nil
+	c.mine.unmap()
+	c.peer.unmap()
+}
+
+// poke asks the peer to look at the rings. It never blocks: a full socket
+// already holds pokes.
+func (c *conn) poke() {
+	c.raw.Write(func(fd uintptr) bool {
+		unix.Send(int(fd), []byte{msgPoke}, unix.MSG_DONTWAIT)
+		return true
+	})
+}
+
+// PollProgress implements engine.Poller: the application polls a CQ of the
+// QP, so the connection runs in its goroutine and nobody needs poking.
+func (c *conn) PollProgress() {
+	c.polls.Add(1)
+	if !c.polled.Load() {
+		c.polled.Store(true)
+		if c.enter() {
+			atomic.StoreUint32(c.reqIn.c.sleep, 0)
+			atomic.StoreUint32(c.respIn.c.sleep, 0)
+			c.leave()
+		}
+	}
+	c.progress()
+}
+
+// PollStop implements engine.Poller: the application is about to block.
+func (c *conn) PollStop() {
+	c.polled.Store(false)
+	c.wake()
+}
+
+// idleCheck runs when a polling application has not polled for pollIdle.
+func (c *conn) idleCheck() {
+	n := c.polls.Load()
+	if n == c.lastPolls && c.polled.Load() {
+		c.PollStop()
+	}
+	c.lastPolls = n
+}
+
+// wake makes progress on behalf of an application that is not polling,
+// then asks the peer to poke again, and looks once more (a poke could
+// have been skipped between the two).
+func (c *conn) wake() {
+	c.progress()
+	if c.polled.Load() || !c.enter() {
+		return
+	}
+	atomic.StoreUint32(c.reqIn.c.sleep, 1)
+	atomic.StoreUint32(c.respIn.c.sleep, 1)
+	if c.nout.Load() > 0 || c.stalled.Load() {
+		atomic.StoreUint32(c.reqOut.c.wait, 1)
+	}
+	if c.held.Load() {
+		atomic.StoreUint32(c.respOut.c.wait, 1)
+	}
+	c.leave()
+	c.progress()
+}
+
+// progress does everything that can be done now without blocking: consume
+// both inbound rings, complete what the peer finished, resume a stalled send
+// queue.
+func (c *conn) progress() {
+	if !c.enter() {
+		return
+	}
+	poke := false
+	if c.consMu.TryLock() {
+		poke = c.consume()
+		c.consMu.Unlock()
+	}
+	if c.nout.Load() > 0 {
+		c.checkAcks()
+	}
+	if c.stalled.Load() && atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() {
+		c.stalled.Store(false)
+		c.leave()
+		c.q.Kick()
+	} else {
+		c.leave()
+	}
+	if poke {
+		c.poke()
+	}
+}
+
+// Modify implements engine.Wire: only the connection manager connects; the
+// access flags the peer checks directly are republished.
+func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSRTR || (to == verbs.QPSRTS && from != verbs.QPSRTS && from != verbs.QPSSQD) {
+		return errCMOnly
+	}
+	if mask&verbs.QPAttrAccessFlags != 0 && c.enter() {
+		atomic.StoreUint32(c.mine.u32(offAccess), uint32(attr.QPAccessFlags))
+		c.leave()
+	}
+	return nil
+}
+
+// RecvPosted implements engine.Wire: a SEND waiting for a receive can go on.
+func (c *conn) RecvPosted(q *engine.QP) {
+	if c.held.Load() {
+		c.progress()
+	}
+}
+
+// Shutdown implements engine.Wire. A QP in ERR stops consuming and tells
+// its peer, whose requests then fail; a QP reset or destroyed ends the
+// connection. It runs with the QP locked: it only sets flags and pokes.
+func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
+	c.stopped.Store(true)
+	if c.enter() {
+		atomic.StoreUint32(c.mine.u32(offState), stateErr)
+		c.leave()
+		c.poke()
+	}
+	if destroyed || q.State() == verbs.QPSReset {
+		c.close(ErrLocalDisconnect)
+	}
+}

@@ -1,0 +1,307 @@
+package shm
+
+import (
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// rxState is the request consumer's state across records.
+type rxState struct {
+	active  bool // a SEND is being received into rc
+	rc      *engine.RecvCtx
+	dst     [][]byte
+	off     uint32
+	total   uint32
+	respOff uint32 // READ response bytes already produced for the held request
+}
+
+// What serve did with a request record.
+const (
+	served = iota // consumed
+	hold          // not now: no receive posted, or no room for the response
+	stop          // the QP failed: consume nothing more
+)
+
+// consume processes both inbound rings; consMu is held and the caller is
+// inside the segments. It reports whether the peer needs a poke.
+func (c *conn) consume() bool {
+	poke := false
+	var h rec
+	for {
+		p, ok, err := c.respIn.peek(&h)
+		if err != nil {
+			c.fail(err)
+			return false
+		}
+		if !ok {
+			break
+		}
+		if !c.response(&h, p) {
+			return false
+		}
+		c.respIn.advance(&h)
+	}
+	poke = c.respIn.publish()
+	if c.stopped.Load() || !c.q.CanReceive() {
+		return poke
+	}
+	c.held.Store(false)
+	for {
+		p, ok, err := c.reqIn.peek(&h)
+		if err != nil {
+			c.fail(err)
+			return false
+		}
+		if !ok {
+			break
+		}
+		r := c.serve(&h, p)
+		if r == hold {
+			c.held.Store(true)
+			break
+		}
+		if r == stop {
+			poke = true
+			break
+		}
+		c.reqIn.advance(&h)
+	}
+	if c.reqIn.publish() {
+		poke = true
+	}
+	if c.respOut.publish() {
+		poke = true
+	}
+	return poke
+}
+
+// nak refuses the request at the consumer's position with status st (for
+// the requester) and stops consuming; the caller moves the QP to ERR.
+func (c *conn) nak(st verbs.WCStatus) int {
+	c.reqIn.publish() // the requests before it are done: head first
+	atomic.StoreUint32(c.mine.u32(offNakSt), uint32(st))
+	raceRelease()
+	atomic.StoreUint64(c.mine.u64(offNakPos), c.reqIn.head+1)
+	c.stopped.Store(true)
+	return stop
+}
+
+// fatal is nak plus the responder's move to ERR with the asynchronous
+// event InfiniBand raises for the error.
+func (c *conn) fatal(st verbs.WCStatus, ev verbs.EventType) int {
+	c.nak(st)
+	c.q.Fatal(ev)
+	return stop
+}
+
+// recvErr completes the receive being filled with status st, naks the
+// requester with nst and fails the QP.
+func (c *conn) recvErr(st, nst verbs.WCStatus) int {
+	wc := verbs.WC{Opcode: verbs.WCRecv, Status: st, SrcQP: c.peerQPN}
+	c.q.CompleteRecv(c.rx.rc, &wc, false)
+	c.rx.active = false
+	c.nak(nst)
+	c.q.SetError()
+	return stop
+}
+
+func (c *conn) protoErr() int {
+	c.fail(errCorrupt)
+	return stop
+}
+
+// serve executes one request record as the responder.
+func (c *conn) serve(h *rec, p []byte) int {
+	q := c.q
+	switch h.kind {
+	case recSend:
+		if h.flags&fFirst != 0 {
+			if c.rx.active {
+				return c.protoErr()
+			}
+			rc, ok := q.TakeRecv()
+			if !ok {
+				return hold
+			}
+			c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
+			var st verbs.WCStatus
+			if c.rx.dst, st = q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
+				return c.recvErr(st, verbs.WCRemOpErr)
+			}
+			if engine.TotalLen(c.rx.dst) < int(h.total) {
+				return c.recvErr(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
+			}
+		} else if !c.rx.active {
+			return c.protoErr()
+		}
+		if h.total != c.rx.total || uint64(h.n) > uint64(c.rx.total-c.rx.off) {
+			return c.protoErr()
+		}
+		engine.CopyInto(c.rx.dst, int(c.rx.off), p)
+		c.rx.off += h.n
+		if h.flags&fLast == 0 {
+			return served
+		}
+		if c.rx.off != c.rx.total {
+			return c.protoErr()
+		}
+		wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
+		switch {
+		case h.flags&fImm != 0:
+			wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
+		case h.flags&fInv != 0:
+			if q.Invalidate(h.imm) != engine.FaultNone {
+				return c.recvErr(verbs.WCLocQPOpErr, verbs.WCRemInvReqErr)
+			}
+			wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.imm
+		}
+		c.rx.active = false
+		q.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
+		return served
+
+	case recWrite:
+		if h.flags&fFirst != 0 && h.total > 0 {
+			// The whole range is checked on the first piece, as a
+			// responder checks the RETH of a write's first packet.
+			if _, f := q.ResolveRemote(h.rkey, h.addr, h.total, verbs.AccessRemoteWrite); f != engine.FaultNone {
+				return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
+			}
+		}
+		dst, f := q.ResolveRemote(h.rkey, h.addr, h.n, verbs.AccessRemoteWrite)
+		if f != engine.FaultNone {
+			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
+		}
+		copy(dst, p)
+		if h.flags&(fLast|fImm) != fLast|fImm {
+			return served
+		}
+		return c.immediate(h)
+
+	case recImm:
+		return c.immediate(h)
+
+	case recReadReq:
+		if q.IRD() == 0 {
+			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
+		}
+		src, f := q.ResolveRemote(h.rkey, h.addr, h.total, verbs.AccessRemoteRead)
+		if f != engine.FaultNone {
+			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
+		}
+		maxp := uint32(c.respOut.maxPayload())
+		for {
+			off := c.rx.respOff
+			n := min(maxp, h.total-off)
+			b := c.respReserve(recSize(int(n)))
+			if b == nil {
+				return hold
+			}
+			r := rec{size: uint32(len(b)), kind: recReadResp, n: n, addr: uint64(off), total: h.total}
+			if off+n == h.total {
+				r.flags = fLast
+			}
+			putRec(b, &r)
+			copy(b[recHdr:], src[off:off+n])
+			c.respOut.commit(len(b))
+			c.rx.respOff += n
+			if c.rx.respOff == h.total {
+				break
+			}
+		}
+		c.rx.respOff = 0
+		return served
+
+	case recAtomicReq:
+		if len(p) != 16 {
+			return c.protoErr()
+		}
+		if q.IRD() == 0 {
+			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
+		}
+		b := c.respReserve(recSize(8)) // room first: an atomic runs once
+		if b == nil {
+			return hold
+		}
+		op := verbs.WRAtomicFetchAndAdd
+		if h.flags&fCAS != 0 {
+			op = verbs.WRAtomicCmpAndSwp
+		}
+		old, f := q.Atomic(h.rkey, h.addr, op, getU64(p), getU64(p[8:]))
+		switch f {
+		case engine.FaultNone:
+		case engine.FaultAlign:
+			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
+		default:
+			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
+		}
+		r := rec{size: uint32(len(b)), kind: recAtomicResp, flags: fLast, n: 8, total: 8}
+		putRec(b, &r)
+		putU64(b[recHdr:], old)
+		c.respOut.commit(len(b))
+		return served
+	}
+	return c.protoErr()
+}
+
+// immediate delivers the immediate data of an RDMA WRITE WITH IMM, which
+// consumes a receive.
+func (c *conn) immediate(h *rec) int {
+	rc, ok := c.q.TakeRecv()
+	if !ok {
+		return hold
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: c.peerQPN, ByteLen: h.total, Flags: verbs.WCFlagWithImm, ImmData: h.imm}
+	c.q.CompleteRecv(rc, &wc, h.flags&fSolicited != 0)
+	return served
+}
+
+// respReserve reserves room in the peer's response ring; when there is
+// none it asks the peer to poke us when it has consumed some.
+func (c *conn) respReserve(n int) []byte {
+	if b := c.respOut.reserve(n); b != nil {
+		return b
+	}
+	c.respOut.publish()
+	atomic.StoreUint32(c.respOut.c.wait, 1)
+	if c.respOut.refreshHead() != nil {
+		c.fail(errCorrupt)
+		return nil
+	}
+	return c.respOut.reserve(n)
+}
+
+// response takes a READ response piece or an atomic result for the oldest
+// request waiting for one. It reports false when the connection failed.
+func (c *conn) response(h *rec, p []byte) bool {
+	e, ok := c.frontResp()
+	if !ok {
+		if c.stopped.Load() {
+			return true // flushed meanwhile
+		}
+		c.protoErr()
+		return false
+	}
+	if c.stopped.Load() {
+		return true // the sink may be reused since the flush: drop it
+	}
+	switch {
+	case h.kind == recReadResp && e.w.WR.Opcode == verbs.WRRDMARead:
+		if h.addr > uint64(e.w.Len) || uint64(h.n) > uint64(e.w.Len)-h.addr {
+			c.protoErr()
+			return false
+		}
+		engine.CopyInto(e.dst, int(h.addr), p)
+		if h.flags&fLast != 0 {
+			c.popResp(verbs.WCSuccess)
+		}
+	case h.kind == recAtomicResp && len(p) == 8 && (e.w.WR.Opcode == verbs.WRAtomicCmpAndSwp || e.w.WR.Opcode == verbs.WRAtomicFetchAndAdd):
+		engine.CopyInto(e.dst, 0, p)
+		c.popResp(verbs.WCSuccess)
+	default:
+		c.protoErr()
+		return false
+	}
+	return true
+}

@@ -1,0 +1,344 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A segment is the shared memory one side of a connection creates and
+// passes to the other (memfd + SCM_RIGHTS). Its owner consumes it: it holds
+// the owner's two inbound rings (requests, and responses to the owner's
+// reads and atomics), the owner's state words that the peer reads, and the
+// slots through which the owner lets the peer access its regions directly.
+//
+//	0     request ring control  (tail, head, sleep, wait: one cache line each)
+//	256   response ring control
+//	512   nak position, nak status      (owner writes, peer reads)
+//	576   QP state, IRD, access flags   (owner writes, peer reads)
+//	4096  export slots, 8 bytes each
+//	...   request ring data, then response ring data
+const (
+	ctlReq    = 0
+	ctlResp   = 256
+	offNakPos = 512
+	offNakSt  = 520
+	offState  = 576
+	offIRD    = 580
+	offAccess = 584
+	offSlots  = 4096
+
+	ctlTail  = 0   // producer's position (bytes ever written)
+	ctlHead  = 64  // consumer's position (bytes ever consumed)
+	ctlSleep = 128 // consumer: 1 = poke me when you publish
+	ctlWait  = 192 // producer: 1 = poke me when you consume
+
+	stateOK  = 0
+	stateErr = 1 // the owner's QP is in ERR: it consumes nothing more
+)
+
+// layout is the geometry of a segment; both sides use the same one.
+type layout struct {
+	reqSize, respSize, slots int
+}
+
+var defaultLayout = layout{reqSize: 256 << 10, respSize: 64 << 10, slots: 1024}
+
+func (l layout) reqOff() int  { return offSlots + (l.slots*8+4095)&^4095 }
+func (l layout) respOff() int { return l.reqOff() + l.reqSize }
+func (l layout) size() int    { return l.respOff() + l.respSize }
+
+func (l layout) valid() bool {
+	pow2 := func(n int) bool { return n >= 4096 && n <= 64<<20 && n&(n-1) == 0 }
+	return pow2(l.reqSize) && pow2(l.respSize) && l.slots > 0 && l.slots <= 1<<16
+}
+
+// segment is a mapped segment.
+type segment struct {
+	mem []byte
+	l   layout
+}
+
+// newSegment creates a segment in a fresh memfd; the caller closes the fd
+// once it has been passed to the peer.
+func newSegment(l layout) (*segment, int, error) {
+	fd, err := unix.MemfdCreate("goverbs-shm", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, -1, fmt.Errorf("shm: memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(l.size())); err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("shm: ftruncate: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sizeSeals|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("shm: seal segment: %w", err)
+	}
+	s, err := mapSegment(fd, l)
+	if err != nil {
+		unix.Close(fd)
+		return nil, -1, err
+	}
+	return s, fd, nil
+}
+
+// mapSegment maps a segment the peer sent, after checking its size.
+func mapSegment(fd int, l layout) (*segment, error) {
+	if !l.valid() {
+		return nil, errors.New("shm: invalid segment layout")
+	}
+	if size, err := sealedSize(fd); err != nil {
+		return nil, fmt.Errorf("shm: segment: %w", err)
+	} else if size != int64(l.size()) {
+		return nil, fmt.Errorf("shm: segment of %d bytes, want %d", size, l.size())
+	}
+	mem, err := unix.Mmap(fd, 0, l.size(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap segment: %w", err)
+	}
+	return &segment{mem: mem, l: l}, nil
+}
+
+const sizeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
+// sealedSize returns the size of a memfd a peer passed, after checking that
+// it cannot shrink: memory mapped from a file that shrinks faults (SIGBUS)
+// when touched, and a peer must not be able to crash us that way.
+func sealedSize(fd int) (int64, error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return 0, fmt.Errorf("not a sealable memfd: %w", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return 0, errors.New("memfd size is not sealed")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Size, nil
+}
+
+func (s *segment) unmap() {
+	if s != nil && s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+}
+
+func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
+func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
+
+func (s *segment) slot(i int) *uint64 { return s.u64(offSlots + 8*i) }
+
+// ctl returns the control words of one of the segment's rings.
+func (s *segment) ctl(base int) ringCtl {
+	return ringCtl{tail: s.u64(base + ctlTail), head: s.u64(base + ctlHead), sleep: s.u32(base + ctlSleep), wait: s.u32(base + ctlWait)}
+}
+
+type ringCtl struct {
+	tail, head  *uint64
+	sleep, wait *uint32
+}
+
+// Records are 8-byte aligned: a 32-byte header, then the payload.
+const (
+	recHdr = 32
+
+	recPad        = 1 // the rest of the ring up to its end is unused
+	recSend       = 2 // a piece of a SEND message
+	recWrite      = 3 // a piece of an RDMA WRITE the target places
+	recImm        = 4 // the immediate data of a WRITE WITH IMM placed directly
+	recReadReq    = 5 // an RDMA READ request the target answers
+	recReadResp   = 6 // a piece of a READ response
+	recAtomicReq  = 7 // an atomic the target executes (payload: compare/add, swap)
+	recAtomicResp = 8 // an atomic's result (payload: the old value)
+
+	fFirst     = 1 << 0
+	fLast      = 1 << 1
+	fImm       = 1 << 2 // imm carries immediate data
+	fInv       = 1 << 3 // imm carries the rkey to invalidate
+	fSolicited = 1 << 4
+	fCAS       = 1 << 5 // atomic: compare-and-swap (else fetch-and-add)
+)
+
+// rec is a decoded record header.
+type rec struct {
+	size  uint32 // whole record, header included, multiple of 8
+	kind  uint8
+	flags uint8
+	n     uint32 // payload bytes
+	imm   uint32
+	addr  uint64
+	rkey  uint32
+	total uint32
+}
+
+func putRec(b []byte, r *rec) {
+	binary.LittleEndian.PutUint32(b[0:], r.size)
+	b[4], b[5], b[6], b[7] = r.kind, r.flags, 0, 0
+	binary.LittleEndian.PutUint32(b[8:], r.n)
+	binary.LittleEndian.PutUint32(b[12:], r.imm)
+	binary.LittleEndian.PutUint64(b[16:], r.addr)
+	binary.LittleEndian.PutUint32(b[24:], r.rkey)
+	binary.LittleEndian.PutUint32(b[28:], r.total)
+}
+
+func getRec(b []byte, r *rec) {
+	r.size = binary.LittleEndian.Uint32(b[0:])
+	r.kind, r.flags = b[4], b[5]
+	r.n = binary.LittleEndian.Uint32(b[8:])
+	r.imm = binary.LittleEndian.Uint32(b[12:])
+	r.addr = binary.LittleEndian.Uint64(b[16:])
+	r.rkey = binary.LittleEndian.Uint32(b[24:])
+	r.total = binary.LittleEndian.Uint32(b[28:])
+}
+
+func recSize(payload int) int { return (recHdr + payload + 7) &^ 7 }
+
+// prodRing is the producing end of a ring in the peer's segment. Its
+// position is private (the peer cannot move it); the peer's head is read
+// and checked.
+type prodRing struct {
+	c    ringCtl
+	data []byte
+	mask uint64
+	tail uint64 // private: published with publish
+	head uint64 // the peer's head, last read
+}
+
+func (r *prodRing) init(s *segment, ctl, off, size int) {
+	r.c = s.ctl(ctl)
+	r.data = s.mem[off : off+size : off+size]
+	r.mask = uint64(size - 1)
+	r.tail = atomic.LoadUint64(r.c.tail)
+	r.head = r.tail
+}
+
+// maxPayload is the largest payload one record of the ring carries.
+func (r *prodRing) maxPayload() int { return min(len(r.data)/4, 64<<10) - recHdr }
+
+// refreshHead reads the consumer's head; a head outside [head, tail] means a
+// corrupt or hostile peer.
+func (r *prodRing) refreshHead() error {
+	h := atomic.LoadUint64(r.c.head)
+	if h < r.head || h > r.tail {
+		return errCorrupt
+	}
+	r.head = h
+	raceAcquire()
+	return nil
+}
+
+// reserve returns n contiguous bytes (n a multiple of 8) at the tail, writing
+// a pad record first when they do not fit before the end of the ring, or nil
+// when the ring has no room.
+func (r *prodRing) reserve(n int) []byte {
+	size := uint64(len(r.data))
+	idx := r.tail & r.mask
+	need := uint64(n)
+	if idx+need > size {
+		need += size - idx
+	}
+	if size-(r.tail-r.head) < need {
+		if r.refreshHead() != nil || size-(r.tail-r.head) < need {
+			return nil
+		}
+	}
+	if idx+uint64(n) > size {
+		binary.LittleEndian.PutUint32(r.data[idx:], uint32(size-idx))
+		r.data[idx+4] = recPad
+		r.tail += size - idx
+		idx = 0
+	}
+	return r.data[idx : idx+uint64(n) : idx+uint64(n)]
+}
+
+// commit accounts for a record written into the space reserve returned.
+func (r *prodRing) commit(n int) { r.tail += uint64(n) }
+
+// publish makes committed records visible and reports whether the consumer
+// asked to be poked.
+func (r *prodRing) publish() bool {
+	raceRelease()
+	atomic.StoreUint64(r.c.tail, r.tail)
+	return atomic.LoadUint32(r.c.sleep) != 0 && atomic.CompareAndSwapUint32(r.c.sleep, 1, 0)
+}
+
+// consRing is the consuming end of a ring in our own segment.
+type consRing struct {
+	c    ringCtl
+	data []byte
+	mask uint64
+	head uint64 // private: published with publish
+	tail uint64 // the producer's tail, last read
+}
+
+func (r *consRing) init(s *segment, ctl, off, size int) {
+	r.c = s.ctl(ctl)
+	r.data = s.mem[off : off+size : off+size]
+	r.mask = uint64(size - 1)
+}
+
+var errCorrupt = errors.New("shm: peer corrupted the shared ring")
+
+// peek returns the next record (skipping pads), with its payload, or ok
+// false when the ring is empty. Every field the peer wrote is checked.
+func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
+	for {
+		if r.head == r.tail {
+			t := atomic.LoadUint64(r.c.tail)
+			if t == r.tail {
+				return nil, false, nil
+			}
+			if t < r.tail || t-r.head > uint64(len(r.data)) || t&7 != 0 {
+				return nil, false, errCorrupt
+			}
+			r.tail = t
+			raceAcquire()
+		}
+		idx := r.head & r.mask
+		avail := min(r.tail-r.head, uint64(len(r.data))-idx)
+		if avail < 8 {
+			return nil, false, errCorrupt
+		}
+		b := r.data[idx:]
+		size := uint64(binary.LittleEndian.Uint32(b))
+		if b[4] == recPad {
+			if size != uint64(len(r.data))-idx || size > avail {
+				return nil, false, errCorrupt
+			}
+			r.head += size
+			continue
+		}
+		if size < recHdr || size&7 != 0 || size > avail {
+			return nil, false, errCorrupt
+		}
+		getRec(b, h)
+		if uint64(h.n) > size-recHdr {
+			return nil, false, errCorrupt
+		}
+		return b[recHdr : recHdr+uint64(h.n) : recHdr+uint64(h.n)], true, nil
+	}
+}
+
+// advance consumes the record peek returned.
+func (r *consRing) advance(h *rec) { r.head += uint64(h.size) }
+
+// publish makes the consumed space available and reports whether the
+// producer asked to be poked.
+func (r *consRing) publish() bool {
+	if atomic.LoadUint64(r.c.head) == r.head {
+		return false
+	}
+	raceRelease()
+	atomic.StoreUint64(r.c.head, r.head)
+	return atomic.LoadUint32(r.c.wait) != 0 && atomic.CompareAndSwapUint32(r.c.wait, 1, 0)
+}
+
+// empty reports whether no record is waiting (reading the producer's tail).
+func (r *consRing) empty() bool { return atomic.LoadUint64(r.c.tail) == r.head }

@@ -1,0 +1,162 @@
+// Package shm is goverbs' same-host provider: RC queue pairs of processes on
+// one machine, connected through shared memory, with one-sided operations
+// that the initiator carries out alone. Importing it registers the device
+// "shm0" and the connection scheme "unix" of package rdmacm:
+//
+//	ln, _ := rdmacm.Listen("unix:@my-service", nil)   // abstract socket name
+//	id, _ := rdmacm.Dial(ctx, "unix:/run/my.sock", nil) // or a path
+//
+// # Connections
+//
+// A connection is a Unix SOCK_SEQPACKET socket plus two shared segments
+// (memfds passed with SCM_RIGHTS), one created by each side. The socket
+// carries the setup (private data, IRD/ORD, accept or reject), the
+// occasional wake-up, and the mapping of regions; its end-of-file is how a
+// peer that exits or is killed is noticed. A segment holds the rings its
+// owner consumes: requests (SEND, RDMA WRITE to memory the peer cannot map,
+// READ and atomic requests) and responses (READ data, atomic results), kept
+// apart so that a side answering reads never waits for a side that is
+// itself answering reads.
+//
+// # Data paths
+//
+// Memory registered over a verbs.AllocBuffer (a memfd) is mapped by the peer
+// the first time one of its rkeys is used: the initiator asks, the target
+// checks the key and PD and sends the memfd; from then on RDMA WRITE, READ
+// and atomics to it are a memcpy or an atomic instruction by the initiator,
+// with no action of the target's CPU. The initiator checks bounds, the
+// region's access flags and the target QP's access flags and IRD on its
+// view; every such access holds a use count in a slot of the target's
+// segment, which deregistration (or a Send with Invalidate) clears and
+// waits out, so no direct access starts after ibv_dereg_mr returned.
+// An access that fails those checks is not made: it goes the other way,
+// below, so that the target reports it as it would any remote error.
+//
+// Memory that is not a memfd (Go heap, mmap of a file) cannot be mapped by
+// another process: WRITEs to it travel through the request ring and are
+// placed by the target, READs and atomics are answered by the target
+// through the response ring. The target's progress runs when its
+// application polls a CQ of the QP, and otherwise on the connection's
+// goroutine, woken through the socket. (process_vm_readv/writev are not
+// used: they need ptrace rights that hardened hosts withhold.)
+//
+// SEND data is copied into the request ring by the sender and out of it into
+// the receive buffer by the receiver; messages larger than a ring record
+// (64 KiB) are split. A SEND that finds no receive posted waits in the ring
+// until one is (the behaviour of rnr_retry 7, whatever the QP's rnr_retry),
+// and everything behind it waits too, as on an RC connection.
+//
+// # Completions and errors
+//
+// Work requests complete as on InfiniBand RC: a SEND, a WRITE through the
+// ring and a WRITE WITH IMM complete when the target has consumed them, a
+// READ or an atomic when its data is in the sink, a direct WRITE when its
+// copy is done. An error the target detects (access, length, a missing
+// key) is reported back on the request that caused it (REM_ACCESS_ERR,
+// REM_INV_REQ_ERR, REM_OP_ERR), the target QP moves to ERR with the
+// asynchronous event IB would raise, and the requests behind it flush. A
+// QP that enters ERR on its own stops consuming; its peer's outstanding
+// requests then complete with RETRY_EXC_ERR at once (hardware would wait
+// for its transport timeout first). A peer that disconnects, exits or dies
+// flushes every outstanding request with WR_FLUSH_ERR.
+//
+// # Polling and waking
+//
+// A CQ that the application polls drives the connection in its goroutine
+// (busy polling, no system call per message); when it blocks (CQ.Wait,
+// ReqNotify, a completion channel) or stops polling for two milliseconds,
+// each side asks the other, through a flag in shared memory, to poke it
+// over the socket, and an idle connection costs no CPU.
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// DeviceName is the name of the shared-memory device.
+const DeviceName = "shm0"
+
+// MaxPrivateData is the private data a connect, accept or reject carries.
+const MaxPrivateData = 196
+
+// maxIRDORD bounds IRD and ORD.
+const maxIRDORD = 128
+
+var errCMOnly = errors.New("shm: RC QPs of shm0 are connected by rdmacm (unix: addresses), not by Modify")
+
+var dev = engine.NewDevice(engine.Config{
+	Name:      DeviceName,
+	GUID:      0x0200_5eff_fe5a_0001,
+	NodeType:  verbs.NodeUnspecified,
+	Transport: verbs.TransportUnspecified,
+	GID:       gidOf(0x0200_5eff_fe5a_0001),
+	Attr: verbs.DeviceAttr{
+		FWVer:           "goverbs-shm 1",
+		MaxMRSize:       1 << 40,
+		PageSizeCap:     4096,
+		MaxQP:           1 << 14,
+		MaxQPWR:         1 << 14,
+		MaxSGE:          16,
+		MaxSGERd:        16,
+		MaxCQ:           1 << 14,
+		MaxCQE:          1 << 20,
+		MaxMR:           1 << 20,
+		MaxPD:           1 << 14,
+		MaxQPRdAtom:     maxIRDORD,
+		MaxQPInitRdAtom: maxIRDORD,
+		MaxResRdAtom:    maxIRDORD << 14,
+		AtomicCap:       verbs.AtomicGlob, // atomic with respect to the CPUs of every process
+		MaxSRQ:          1 << 14,
+		MaxSRQWR:        1 << 14,
+		MaxSRQSGE:       16,
+		MaxInlineData:   4096,
+		MaxPKeys:        1,
+	},
+	Port: verbs.PortAttr{
+		State:      verbs.PortActive,
+		MaxMTU:     verbs.MTU4096,
+		ActiveMTU:  verbs.MTU4096,
+		GIDTblLen:  1,
+		MaxMsgSz:   1 << 31,
+		PKeyTblLen: 1,
+		LinkLayer:  verbs.LinkLayerUnspecified,
+		PhysState:  5,
+	},
+	NewWire: func(q *engine.QP) engine.Wire { return idleWire{} },
+})
+
+func gidOf(guid uint64) verbs.GID {
+	var g verbs.GID
+	g[0], g[1] = 0xfe, 0x80
+	binary.BigEndian.PutUint64(g[8:], guid)
+	return g
+}
+
+type provider struct{}
+
+func (provider) Devices() []verbs.DeviceDriver { return []verbs.DeviceDriver{dev} }
+
+func init() {
+	verbs.RegisterProvider("shm", provider{})
+	cm.Register(transport{})
+}
+
+// idleWire is the wire of a QP that is not connected.
+type idleWire struct{}
+
+func (idleWire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSRTR || to == verbs.QPSRTS {
+		return errCMOnly
+	}
+	return nil
+}
+func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result {
+	return engine.Fail(verbs.WCWRFlushErr)
+}
+func (idleWire) RecvPosted(*engine.QP)     {}
+func (idleWire) Shutdown(*engine.QP, bool) {}

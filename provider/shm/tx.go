@@ -1,0 +1,438 @@
+package shm
+
+import (
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// pend is a request the peer has not finished yet.
+type pend struct {
+	w          *engine.WQE
+	seq        uint64
+	start, end uint64 // its records' positions in the peer's request ring
+	dst        [][]byte
+	fail       verbs.WCStatus // complete with this status, in order
+}
+
+// pendQ is a FIFO that reuses its storage.
+type pendQ struct {
+	q    []pend
+	head int
+}
+
+func (p *pendQ) len() int { return len(p.q) - p.head }
+
+func (p *pendQ) push(e pend) {
+	if p.head > 0 && p.head == len(p.q) {
+		p.q, p.head = p.q[:0], 0
+	}
+	p.q = append(p.q, e)
+}
+
+func (p *pendQ) front() *pend { return &p.q[p.head] }
+
+func (p *pendQ) pop() {
+	p.q[p.head] = pend{}
+	p.head++
+}
+
+func (p *pendQ) clear() {
+	for p.len() > 0 {
+		p.pop()
+	}
+}
+
+type done struct {
+	w   *engine.WQE
+	seq uint64
+	st  verbs.WCStatus
+}
+
+// txState is how far Transmit got with a request it had to stall.
+type txState struct {
+	seq   uint64
+	off   uint32 // payload bytes already in the ring
+	start uint64 // ring position of its first record
+	busy  bool
+}
+
+// Transmit implements engine.Wire.
+func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
+	if !c.enter() {
+		return engine.Fail(verbs.WCWRFlushErr)
+	}
+	defer c.leave()
+	if c.peerFailed() {
+		// It completes behind the requests before it (one of them may be
+		// the peer's refusal, whose status must come first).
+		c.addPend(&c.acks, pend{w: w, seq: w.Seq(), fail: verbs.WCRetryExcErr})
+		return engine.ResultPending
+	}
+	if !c.tx.busy || c.tx.seq != w.Seq() {
+		c.tx = txState{seq: w.Seq(), start: c.reqOut.tail}
+	}
+	wr := &w.WR
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
+		return c.sendMsg(w, recSend, 0, 0)
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		r, res, ok := c.direct(w, verbs.AccessRemoteWrite, wr.RemoteAddr, w.Len)
+		if !ok {
+			return res
+		}
+		if r == nil {
+			return c.sendMsg(w, recWrite, wr.RKey, wr.RemoteAddr)
+		}
+		var st verbs.WCStatus
+		if c.src, st = q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		if !r.acquire() {
+			return c.remap(r)
+		}
+		dst := r.at(wr.RemoteAddr, w.Len)
+		off := 0
+		for _, s := range c.src {
+			off += copy(dst[off:], s)
+		}
+		r.release()
+		if wr.Opcode == verbs.WRRDMAWrite {
+			return engine.ResultOK
+		}
+		return c.sendMsg(w, recImm, 0, 0)
+	case verbs.WRRDMARead:
+		dst, st := q.Sink(w, c.dst[:0])
+		c.dst = dst
+		if st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		r, res, ok := c.direct(w, verbs.AccessRemoteRead, wr.RemoteAddr, w.Len)
+		if !ok {
+			return res
+		}
+		if r == nil {
+			return c.request(w, recReadReq, 0, dst)
+		}
+		if !r.acquire() {
+			return c.remap(r)
+		}
+		engine.CopyInto(dst, 0, r.at(wr.RemoteAddr, w.Len))
+		r.release()
+		return engine.ResultOK
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		dst, st := q.Sink(w, c.dst[:0])
+		c.dst = dst
+		if st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		var r *remote
+		res, ok := engine.Result{}, true
+		if wr.RemoteAddr%8 == 0 {
+			r, res, ok = c.direct(w, verbs.AccessRemoteAtomic, wr.RemoteAddr, 8)
+		}
+		if !ok {
+			return res
+		}
+		if r == nil {
+			fl := uint8(0)
+			if wr.Opcode == verbs.WRAtomicCmpAndSwp {
+				fl = fCAS
+			}
+			return c.request(w, recAtomicReq, fl, dst)
+		}
+		if !r.acquire() {
+			return c.remap(r)
+		}
+		old, aligned := engine.AtomicAt(r.at(wr.RemoteAddr, 8), wr.Opcode, wr.CompareAdd, wr.Swap)
+		r.release()
+		if !aligned {
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		var b [8]byte
+		putU64(b[:], old)
+		engine.CopyInto(dst, 0, b[:])
+		return engine.ResultOK
+	}
+	return engine.Fail(verbs.WCLocQPOpErr)
+}
+
+// peerFailed reports whether the peer's QP is in ERR (it consumes nothing).
+func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.u32(offState)) == stateErr }
+
+// direct decides how an RDMA operation on the peer's memory goes. It
+// returns the mapped region to access directly, or nil to go through the
+// peer; ok false means Transmit must return res now (stall for a mapping,
+// or for the peer to catch up with the requests before this one).
+func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint32) (r *remote, res engine.Result, ok bool) {
+	if n == 0 {
+		return nil, res, true
+	}
+	r = c.lookup(w.WR.RKey)
+	if r == nil {
+		return nil, c.askMap(w.WR.RKey), false
+	}
+	if r.fallback {
+		return nil, res, true
+	}
+	// Anything the checks refuse goes through the peer, which reports the
+	// error as it reports any remote error.
+	if r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
+		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+		return nil, res, true
+	}
+	if need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
+		return nil, res, true
+	}
+	// RC order: the peer executes earlier requests first.
+	if c.reqOut.tail != c.reqOut.head {
+		if c.reqOut.refreshHead() != nil {
+			c.fail(errCorrupt)
+			return nil, engine.Fail(verbs.WCWRFlushErr), false
+		}
+		if c.reqOut.tail != c.reqOut.head {
+			return nil, c.stall(), false
+		}
+	}
+	return r, res, true
+}
+
+// stall makes Transmit wait until the peer consumes from its request ring.
+func (c *conn) stall() engine.Result {
+	c.stallAt.Store(c.reqOut.head)
+	c.stalled.Store(true)
+	atomic.StoreUint32(c.reqOut.c.wait, 1)
+	if atomic.LoadUint64(c.reqOut.c.head) != c.reqOut.head {
+		// It already did: a Kick during Transmit makes the engine retry.
+		c.stalled.Store(false)
+		c.q.Kick()
+	}
+	return engine.ResultStall
+}
+
+// sendMsg puts a message (SEND, WRITE through the peer, WRITE WITH IMM's
+// immediate) into the peer's request ring, in pieces when it is large,
+// resuming where a stall left it.
+func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engine.Result {
+	wr := &w.WR
+	total := w.Len
+	var flags uint8
+	var imm uint32
+	switch wr.Opcode {
+	case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
+		flags, imm = fImm, wr.ImmData
+	case verbs.WRSendWithInv:
+		flags, imm = fInv, wr.InvalidateRKey
+	}
+	if wr.Flags&verbs.SendSolicited != 0 {
+		flags |= fSolicited
+	}
+	if kind == recImm {
+		total = 0 // the data went directly; the record carries the length
+	}
+	var st verbs.WCStatus
+	if total > 0 {
+		if c.src, st = c.q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+	}
+	maxp := uint32(c.reqOut.maxPayload())
+	c.tx.busy = true
+	for {
+		off := c.tx.off
+		n := min(maxp, total-off)
+		b := c.reserve(recSize(int(n)))
+		if b == nil {
+			c.reqOut.publish()
+			return c.stall()
+		}
+		h := rec{size: uint32(len(b)), kind: kind, flags: flags, n: n, imm: imm, addr: addr + uint64(off), rkey: rkey, total: w.Len}
+		if off == 0 {
+			h.flags |= fFirst
+		}
+		if off+n == total {
+			h.flags |= fLast
+		}
+		putRec(b, &h)
+		gather(b[recHdr:recHdr+n], c.src, int(off))
+		c.reqOut.commit(len(b))
+		c.tx.off += n
+		if c.tx.off == total {
+			break
+		}
+	}
+	c.tx.busy = false
+	c.addPend(&c.acks, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+	if c.reqOut.publish() {
+		c.poke()
+	}
+	return engine.ResultPending
+}
+
+// reserve is reqOut.reserve, checking the peer's head.
+func (c *conn) reserve(n int) []byte {
+	b := c.reqOut.reserve(n)
+	if b == nil && c.reqOut.refreshHead() != nil {
+		c.fail(errCorrupt)
+	}
+	return b
+}
+
+// request sends a READ or atomic request that the peer answers.
+func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Result {
+	wr := &w.WR
+	n := 0
+	if kind == recAtomicReq {
+		n = 16
+	}
+	b := c.reserve(recSize(n))
+	if b == nil {
+		return c.stall()
+	}
+	h := rec{size: uint32(len(b)), kind: kind, flags: flags | fFirst | fLast, n: uint32(n), addr: wr.RemoteAddr, rkey: wr.RKey, total: w.Len}
+	putRec(b, &h)
+	if kind == recAtomicReq {
+		putU64(b[recHdr:], wr.CompareAdd)
+		putU64(b[recHdr+8:], wr.Swap)
+	}
+	c.reqOut.commit(len(b))
+	// The sink stays resolved until the response comes (a rare path: the
+	// peer's memory could not be mapped), so it gets its own copy.
+	c.addPend(&c.resps, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})
+	if c.reqOut.publish() {
+		c.poke()
+	}
+	return engine.ResultPending
+}
+
+func (c *conn) addPend(q *pendQ, e pend) {
+	c.sqMu.Lock()
+	q.push(e)
+	c.nout.Add(1)
+	c.sqMu.Unlock()
+}
+
+// checkAcks completes the requests the peer has finished: by its head for
+// those that need no response, by its nak for the one it refused, and all
+// of them with RETRY_EXC_ERR when its QP failed.
+func (c *conn) checkAcks() {
+	// Read in the reverse order of the peer's writes (nak status, nak
+	// position, state; head before all): what is seen of a later write
+	// implies the earlier ones.
+	// One goroutine at a time completes, so that the refused request's
+	// error is what flushes the requests behind it.
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	failed := c.peerFailed()
+	nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
+	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt)))
+	head := atomic.LoadUint64(c.reqOut.c.head)
+	raceAcquire()
+	c.sqMu.Lock()
+	ds := c.done1[:0]
+	hit := func(e *pend) bool { return nakPos != 0 && e.start <= nakPos-1 && nakPos-1 < e.end }
+	for c.acks.len() > 0 {
+		e := c.acks.front()
+		switch {
+		case e.fail != verbs.WCSuccess:
+			ds = append(ds, done{e.w, e.seq, e.fail})
+		case hit(e):
+			ds = append(ds, done{e.w, e.seq, nakSt})
+		case head >= e.end:
+			ds = append(ds, done{e.w, e.seq, verbs.WCSuccess})
+		case failed || nakPos != 0:
+			ds = append(ds, done{e.w, e.seq, verbs.WCRetryExcErr})
+		default:
+			goto resps
+		}
+		c.acks.pop()
+		c.nout.Add(-1)
+	}
+resps:
+	for c.resps.len() > 0 {
+		e := c.resps.front()
+		switch {
+		case hit(e):
+			ds = append(ds, done{e.w, e.seq, nakSt})
+		case failed || (nakPos != 0 && e.start > nakPos-1):
+			ds = append(ds, done{e.w, e.seq, verbs.WCRetryExcErr})
+		default:
+			goto out
+		}
+		c.resps.pop()
+		c.nout.Add(-1)
+	}
+out:
+	// The refused request completes first: its error flushes the rest.
+	for i, d := range ds {
+		if d.st == nakSt && nakPos != 0 && i > 0 {
+			copy(ds[1:i+1], ds[:i])
+			ds[0] = d
+			break
+		}
+	}
+	c.done1 = ds[:0]
+	c.sqMu.Unlock()
+	for _, d := range ds {
+		c.q.Complete(d.w, d.seq, d.st)
+	}
+}
+
+// frontResp returns the oldest request waiting for a response.
+func (c *conn) frontResp() (pend, bool) {
+	c.sqMu.Lock()
+	defer c.sqMu.Unlock()
+	if c.resps.len() == 0 {
+		return pend{}, false
+	}
+	return *c.resps.front(), true
+}
+
+// popResp completes the oldest request waiting for a response.
+func (c *conn) popResp(st verbs.WCStatus) {
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	c.sqMu.Lock()
+	if c.resps.len() == 0 {
+		c.sqMu.Unlock()
+		return
+	}
+	e := *c.resps.front()
+	c.resps.pop()
+	c.nout.Add(-1)
+	c.sqMu.Unlock()
+	c.q.Complete(e.w, e.seq, st)
+}
+
+// gather copies the bytes at offset off of the segment list src into b.
+func gather(b []byte, src [][]byte, off int) {
+	for _, s := range src {
+		if len(b) == 0 {
+			return
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n := copy(b, s[off:])
+		b = b[n:]
+		off = 0
+	}
+}
+
+func putU64(b []byte, v uint64) {
+	_ = b[7]
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func getU64(b []byte) uint64 {
+	_ = b[7]
+	var v uint64
+	for i := range 8 {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return v
+}
