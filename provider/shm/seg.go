@@ -339,6 +339,3 @@ func (r *consRing) publish() bool {
 	atomic.StoreUint64(r.c.head, r.head)
 	return atomic.LoadUint32(r.c.wait) != 0 && atomic.CompareAndSwapUint32(r.c.wait, 1, 0)
 }
-
-// empty reports whether no record is waiting (reading the producer's tail).
-func (r *consRing) empty() bool { return atomic.LoadUint64(r.c.tail) == r.head }

@@ -16,7 +16,9 @@ import (
 var addrSeq atomic.Uint64
 
 // addr returns a fresh abstract socket name.
-func addr() string { return fmt.Sprintf("@goverbs-shm-test-%d-%d", time.Now().UnixNano(), addrSeq.Add(1)) }
+func addr() string {
+	return fmt.Sprintf("@goverbs-shm-test-%d-%d", time.Now().UnixNano(), addrSeq.Add(1))
+}
 
 // connect connects two RC QPs: a dials, b accepts.
 func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *shm.Conn) {
@@ -71,7 +73,7 @@ func open(t testing.TB) *verbs.Context {
 // fixture runs the provider-independent verbs suite over shm. With direct,
 // the sides' buffers come from verbs.AllocBuffer, so RDMA operations map
 // the peer's memory; without, they are Go memory and go through the peer.
-type fixture struct{ direct bool }
+type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
 	return conformance.Caps{Atomics: true, Immediate: true, Invalidate: true}

@@ -38,12 +38,6 @@ func (p *pendQ) pop() {
 	p.head++
 }
 
-func (p *pendQ) clear() {
-	for p.len() > 0 {
-		p.pop()
-	}
-}
-
 type done struct {
 	w   *engine.WQE
 	seq uint64
