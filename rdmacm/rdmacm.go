@@ -21,6 +21,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	_ "github.com/goverbs/goverbs/provider/iwarp" // the "tcp" transport
+	_ "github.com/goverbs/goverbs/provider/shm"   // the "unix" transport
 	"github.com/goverbs/goverbs/verbs"
 )
 

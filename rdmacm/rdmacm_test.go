@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,10 +24,41 @@ func timeout(t *testing.T) context.Context {
 }
 
 // pair listens, dials and accepts, with the given private data both ways.
-func pair(t *testing.T, dialPD, acceptPD []byte) (client, server *rdmacm.ID) {
+// transport is a connection scheme the tests run over: iWARP on loopback
+// TCP, and shm on an abstract Unix socket.
+type transport struct {
+	name   string
+	listen func() string
+	dial   func(ln *rdmacm.ID) string
+	closed func(t *testing.T) string // an address nobody listens at
+}
+
+var unixSeq atomic.Int64
+
+var transports = []transport{
+	{"tcp", func() string { return "127.0.0.1:0" }, func(ln *rdmacm.ID) string { return ln.LocalAddr().String() },
+		func(t *testing.T) string {
+			l, _ := net.Listen("tcp", "127.0.0.1:0")
+			addr := l.Addr().String()
+			l.Close()
+			return addr
+		}},
+	{"unix", func() string { return fmt.Sprintf("unix:@goverbs-rdmacm-test-%d-%d", os.Getpid(), unixSeq.Add(1)) },
+		func(ln *rdmacm.ID) string { return "unix:" + ln.LocalAddr().String() },
+		func(t *testing.T) string { return "unix:" + filepath.Join(t.TempDir(), "nobody") }},
+}
+
+// both runs a test over every transport.
+func both(t *testing.T, f func(t *testing.T, tr transport)) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { f(t, tr) })
+	}
+}
+
+func pair(t *testing.T, tr transport, dialPD, acceptPD []byte) (client, server *rdmacm.ID) {
 	t.Helper()
 	ctx := timeout(t)
-	ln, err := rdmacm.Listen("127.0.0.1:0")
+	ln, err := rdmacm.Listen(tr.listen())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +79,7 @@ func pair(t *testing.T, dialPD, acceptPD []byte) (client, server *rdmacm.ID) {
 		}
 		got <- req
 	}()
-	client, err = rdmacm.Dial(ctx, ln.LocalAddr().String(),
+	client, err = rdmacm.Dial(ctx, tr.dial(ln),
 		&verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}},
 		&rdmacm.ConnParam{PrivateData: dialPD, ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
@@ -58,9 +93,11 @@ func pair(t *testing.T, dialPD, acceptPD []byte) (client, server *rdmacm.ID) {
 	return client, server
 }
 
-func TestConnectWithPrivateData(t *testing.T) {
+func TestConnectWithPrivateData(t *testing.T) { both(t, testConnectWithPrivateData) }
+
+func testConnectWithPrivateData(t *testing.T, tr transport) {
 	leakcheck.Check(t)
-	c, s := pair(t, []byte("from client"), []byte("from server"))
+	c, s := pair(t, tr, []byte("from client"), []byte("from server"))
 	if string(c.PrivateData()) != "from server" || string(s.PrivateData()) != "from client" {
 		t.Fatalf("private data: client got %q, server got %q", c.PrivateData(), s.PrivateData())
 	}
@@ -82,9 +119,11 @@ func TestConnectWithPrivateData(t *testing.T) {
 // posted before the peer sends gets the message; the context comes back as
 // wr_id; GetRecvComp blocks until the receive completes; a gather list goes
 // as one message.
-func TestPostSendvGetRecvComp(t *testing.T) {
+func TestPostSendvGetRecvComp(t *testing.T) { both(t, testPostSendvGetRecvComp) }
+
+func testPostSendvGetRecvComp(t *testing.T, tr transport) {
 	leakcheck.Check(t)
-	c, s := pair(t, nil, nil)
+	c, s := pair(t, tr, nil, nil)
 	rbuf := make([]byte, 256)
 	rmr, err := s.RegMsgs(rbuf)
 	if err != nil {
@@ -183,10 +222,12 @@ func TestGetRecvCompNeedsSeparateCQs(t *testing.T) {
 	}
 }
 
-func TestRejectWithPrivateData(t *testing.T) {
+func TestRejectWithPrivateData(t *testing.T) { both(t, testRejectWithPrivateData) }
+
+func testRejectWithPrivateData(t *testing.T, tr transport) {
 	leakcheck.Check(t)
 	ctx := timeout(t)
-	ln, err := rdmacm.Listen("127.0.0.1:0")
+	ln, err := rdmacm.Listen(tr.listen())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,19 +239,18 @@ func TestRejectWithPrivateData(t *testing.T) {
 			req.Close()
 		}
 	}()
-	_, err = rdmacm.Dial(ctx, ln.LocalAddr().String(), nil, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
+	_, err = rdmacm.Dial(ctx, tr.dial(ln), nil, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
 	var rej *rdmacm.RejectedError
 	if !errors.As(err, &rej) || !errors.Is(err, rdmacm.ErrRejected) || string(rej.PrivateData) != "go away" {
 		t.Fatalf("Dial: %v, want a rejection carrying %q", err, "go away")
 	}
 }
 
-func TestConnectRefusedIsRejected(t *testing.T) {
+func TestConnectRefusedIsRejected(t *testing.T) { both(t, testConnectRefusedIsRejected) }
+
+func testConnectRefusedIsRejected(t *testing.T, tr transport) {
 	leakcheck.Check(t)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
-	id, err := rdmacm.CreateID(addr)
+	id, err := rdmacm.CreateID(tr.closed(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,9 +293,11 @@ func TestUnreachable(t *testing.T) {
 
 // A disconnect reaches the peer as EventDisconnected, and the peer's
 // outstanding receives complete with WR_FLUSH_ERR.
-func TestDisconnectFlushes(t *testing.T) {
+func TestDisconnectFlushes(t *testing.T) { both(t, testDisconnectFlushes) }
+
+func testDisconnectFlushes(t *testing.T, tr transport) {
 	leakcheck.Check(t)
-	c, s := pair(t, nil, nil)
+	c, s := pair(t, tr, nil, nil)
 	buf := make([]byte, 64)
 	mr, _ := s.RegMsgs(buf)
 	defer mr.Dereg()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -343,6 +344,10 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", addr)
 	if err != nil {
+		// Nobody listening is a rejection, as a TCP reset is for iWARP.
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return nil, &cm.RejectedError{Reason: err.Error()}
+		}
 		return nil, fmt.Errorf("%w: %s: %v", cm.ErrUnreachable, addr, err)
 	}
 	uc := nc.(*net.UnixConn)

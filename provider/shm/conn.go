@@ -70,6 +70,10 @@ type conn struct {
 	exps    []*export
 	expDead bool
 
+	// Counters for tests and DebugStats: requests done directly, requests
+	// sent through the peer, request records this side served.
+	nDirect, nRing, nServed atomic.Uint64
+
 	polled    atomic.Bool
 	polls     atomic.Uint64
 	lastPolls uint64

@@ -67,6 +67,7 @@ func (c *conn) consume() bool {
 			break
 		}
 		c.reqIn.advance(&h)
+		c.nServed.Add(1)
 	}
 	if c.reqIn.publish() {
 		poke = true

@@ -92,6 +92,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 			off += copy(dst[off:], s)
 		}
 		r.release()
+		c.nDirect.Add(1)
 		if wr.Opcode == verbs.WRRDMAWrite {
 			return engine.ResultOK
 		}
@@ -114,6 +115,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		}
 		engine.CopyInto(dst, 0, r.at(wr.RemoteAddr, w.Len))
 		r.release()
+		c.nDirect.Add(1)
 		return engine.ResultOK
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		dst, st := q.Sink(w, c.dst[:0])
@@ -141,6 +143,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		}
 		old, aligned := engine.AtomicAt(r.at(wr.RemoteAddr, 8), wr.Opcode, wr.CompareAdd, wr.Swap)
 		r.release()
+		c.nDirect.Add(1)
 		if !aligned {
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
@@ -257,6 +260,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 	}
 	c.tx.busy = false
+	c.nRing.Add(1)
 	c.addPend(&c.acks, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
 	if c.reqOut.publish() {
 		c.poke()
@@ -291,6 +295,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 		putU64(b[recHdr+8:], wr.Swap)
 	}
 	c.reqOut.commit(len(b))
+	c.nRing.Add(1)
 	// The sink stays resolved until the response comes (a rare path: the
 	// peer's memory could not be mapped), so it gets its own copy.
 	c.addPend(&c.resps, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})

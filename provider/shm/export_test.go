@@ -1,0 +1,25 @@
+package shm
+
+// Stats returns the connection's counters: requests it carried out
+// directly in the peer's memory, requests it sent through the peer, and
+// request records it served for the peer.
+func (x *Conn) Stats() (direct, ring, served uint64) {
+	return x.c.nDirect.Load(), x.c.nRing.Load(), x.c.nServed.Load()
+}
+
+// Corrupt writes a record the peer must refuse into its request ring.
+func (x *Conn) Corrupt() {
+	c := x.c
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
+	b := c.reqOut.reserve(recHdr)
+	if b == nil {
+		return
+	}
+	putRec(b, &rec{size: 1 << 20, kind: recSend, flags: fFirst | fLast})
+	c.reqOut.commit(recHdr)
+	c.reqOut.publish()
+	c.poke()
+}
