@@ -131,6 +131,8 @@ type PairOpts struct {
 	RC        *verbs.QPAttr     // nil: DefaultRC
 	NoConnect bool              // leave both QPs in RESET
 	SRQ       bool              // give each side an SRQ (Side.QP.SRQ())
+	// Alloc provides the sides' buffers; nil: the fixture's Allocator, or the Go heap.
+	Alloc func(t testing.TB, n int) []byte
 }
 
 // NewSide creates a side on ctx without a QP connection.
@@ -178,9 +180,12 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 	if acc == 0 {
 		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	}
-	if alloc != nil {
+	switch {
+	case o.Alloc != nil:
+		s.Buf = o.Alloc(t, size)
+	case alloc != nil:
 		s.Buf = alloc.Buffer(t, size)
-	} else {
+	default:
 		s.Buf = make([]byte, size)
 	}
 	if s.MR, err = s.PD.RegMR(s.Buf, acc); err != nil {

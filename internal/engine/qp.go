@@ -445,8 +445,12 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 	switch res.Outcome {
 	case Done:
 		w.state, w.status = wqeDone, res.Status
-		if res.Status != verbs.WCSuccess && q.state != verbs.QPSErr {
-			q.enterErr()
+		if res.Status != verbs.WCSuccess {
+			if q.state == verbs.QPSErr {
+				w.status = verbs.WCWRFlushErr // an earlier request's error came first
+			} else {
+				q.enterErr()
+			}
 		}
 	case Pending:
 		if w.early { // the response overtook Transmit's return

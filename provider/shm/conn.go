@@ -333,7 +333,7 @@ func (c *conn) progress() {
 	if c.nout.Load() > 0 {
 		c.checkAcks()
 	}
-	if c.stalled.Load() && atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() {
+	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {
 		c.stalled.Store(false)
 		c.leave()
 		c.q.Kick()

@@ -13,7 +13,6 @@ type pend struct {
 	seq        uint64
 	start, end uint64 // its records' positions in the peer's request ring
 	dst        [][]byte
-	fail       verbs.WCStatus // complete with this status, in order
 }
 
 // pendQ is a FIFO that reuses its storage.
@@ -58,13 +57,22 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		return engine.Fail(verbs.WCWRFlushErr)
 	}
 	defer c.leave()
-	if c.peerFailed() {
-		// It completes behind the requests before it (one of them may be
-		// the peer's refusal, whose status must come first).
-		c.addPend(&c.acks, pend{w: w, seq: w.Seq(), fail: verbs.WCRetryExcErr})
-		return engine.ResultPending
+	resume := c.tx.busy && c.tx.seq == w.Seq()
+	if c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0 {
+		// The peer consumes nothing more. The requests before this one
+		// complete first (one may be the refusal, whose status must come
+		// before the flush it causes); this one is the refused one if the
+		// peer stopped inside it, else it never reaches the peer.
+		c.checkAcks()
+		nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
+		if resume && nakPos != 0 && nakPos-1 >= c.tx.start {
+			c.tx.busy = false
+			return engine.Fail(verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt))))
+		}
+		c.tx.busy = false
+		return engine.Fail(verbs.WCRetryExcErr)
 	}
-	if !c.tx.busy || c.tx.seq != w.Seq() {
+	if !resume {
 		c.tx = txState{seq: w.Seq(), start: c.reqOut.tail}
 	}
 	wr := &w.WR
@@ -322,7 +330,6 @@ func (c *conn) checkAcks() {
 	// One goroutine at a time completes, so that the refused request's
 	// error is what flushes the requests behind it.
 	c.ackMu.Lock()
-	defer c.ackMu.Unlock()
 	failed := c.peerFailed()
 	nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
 	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt)))
@@ -334,8 +341,6 @@ func (c *conn) checkAcks() {
 	for c.acks.len() > 0 {
 		e := c.acks.front()
 		switch {
-		case e.fail != verbs.WCSuccess:
-			ds = append(ds, done{e.w, e.seq, e.fail})
 		case hit(e):
 			ds = append(ds, done{e.w, e.seq, nakSt})
 		case head >= e.end:
@@ -373,8 +378,13 @@ out:
 	}
 	c.done1 = ds[:0]
 	c.sqMu.Unlock()
+	more := false
 	for _, d := range ds {
-		c.q.Complete(d.w, d.seq, d.st)
+		more = c.q.CompleteDeferred(d.w, d.seq, d.st) || more
+	}
+	c.ackMu.Unlock()
+	if more {
+		c.q.Progress() // not under ackMu: Transmit may call checkAcks
 	}
 }
 
@@ -391,17 +401,21 @@ func (c *conn) frontResp() (pend, bool) {
 // popResp completes the oldest request waiting for a response.
 func (c *conn) popResp(st verbs.WCStatus) {
 	c.ackMu.Lock()
-	defer c.ackMu.Unlock()
 	c.sqMu.Lock()
 	if c.resps.len() == 0 {
 		c.sqMu.Unlock()
+		c.ackMu.Unlock()
 		return
 	}
 	e := *c.resps.front()
 	c.resps.pop()
 	c.nout.Add(-1)
 	c.sqMu.Unlock()
-	c.q.Complete(e.w, e.seq, st)
+	more := c.q.CompleteDeferred(e.w, e.seq, st)
+	c.ackMu.Unlock()
+	if more {
+		c.q.Progress()
+	}
 }
 
 // gather copies the bytes at offset off of the segment list src into b.

@@ -1,0 +1,239 @@
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// pairOn makes two connected sides whose buffers come from AllocBuffer
+// (memfd) when memfd is true, and from the Go heap otherwise.
+func pairOn(t *testing.T, memfd bool, size int) (a, b *conformance.Side, ca, cb interface {
+	Stats() (uint64, uint64, uint64)
+}) {
+	t.Helper()
+	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
+	if memfd {
+		o.Alloc = directFixture{}.Buffer
+	}
+	a = conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	b = conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	for _, q := range []*verbs.QP{a.QP, b.QP} {
+		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: conformance.DefaultRC.QPAccessFlags}
+		if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := cm.Params{IRD: 16, ORD: 16}
+	x, y := connect(t, a.QP, b.QP, p, p)
+	return a, b, x, y
+}
+
+func wr(id uint64, op verbs.WROpcode, local verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+	return verbs.SendWR{WRID: id, Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{local}, RemoteAddr: raddr, RKey: rkey}
+}
+
+// One-sided operations on memfd memory are done by the initiator alone:
+// the target serves no request record; on Go memory they go through it.
+func TestOneSidedPaths(t *testing.T) {
+	for _, memfd := range []bool{true, false} {
+		name := map[bool]string{true: "memfd", false: "heap"}[memfd]
+		t.Run(name, func(t *testing.T) {
+			leakcheck.Check(t)
+			const n = 1 << 20
+			a, b, ca, cb := pairOn(t, memfd, 2*n+4096)
+			conformance.Fill(a.Buf[:n], 7)
+			a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, n), b.MR.RemoteAddr(0), b.MR.RKey()))
+			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+			if !bytes.Equal(b.Buf[:n], a.Buf[:n]) {
+				t.Fatal("RDMA WRITE: target memory differs")
+			}
+			conformance.Fill(b.Buf[n:2*n], 9)
+			a.MustPostSend(t, wr(2, verbs.WRRDMARead, a.MR.SGE(n, n), b.MR.RemoteAddr(n), b.MR.RKey()))
+			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 2, verbs.WCSuccess, verbs.WCRDMARead)
+			if !bytes.Equal(a.Buf[n:2*n], b.Buf[n:2*n]) {
+				t.Fatal("RDMA READ: sink differs")
+			}
+			off := 2 * n
+			binary.NativeEndian.PutUint64(b.Buf[off:], 40)
+			fa := wr(3, verbs.WRAtomicFetchAndAdd, a.MR.SGE(off, 8), b.MR.RemoteAddr(off), b.MR.RKey())
+			fa.CompareAdd = 2
+			cs := wr(4, verbs.WRAtomicCmpAndSwp, a.MR.SGE(off+8, 8), b.MR.RemoteAddr(off), b.MR.RKey())
+			cs.CompareAdd, cs.Swap = 42, 7
+			a.MustPostSend(t, fa, cs)
+			wcs := conformance.PollN(t, a.SendCQ, 2)
+			conformance.ExpectWC(t, wcs[0], 3, verbs.WCSuccess, verbs.WCFetchAdd)
+			conformance.ExpectWC(t, wcs[1], 4, verbs.WCSuccess, verbs.WCCompSwap)
+			if got := binary.NativeEndian.Uint64(a.Buf[off:]); got != 40 {
+				t.Fatalf("fetch-add returned %d, want 40", got)
+			}
+			if got := binary.NativeEndian.Uint64(a.Buf[off+8:]); got != 42 {
+				t.Fatalf("compare-swap returned %d, want 42", got)
+			}
+			if got := binary.NativeEndian.Uint64(b.Buf[off:]); got != 7 {
+				t.Fatalf("target word %d, want 7", got)
+			}
+			direct, ring, _ := ca.Stats()
+			_, _, served := cb.Stats()
+			if memfd && (direct != 4 || ring != 0 || served != 0) {
+				t.Fatalf("memfd: %d direct, %d through the ring, %d served by the target; want 4, 0, 0", direct, ring, served)
+			}
+			if !memfd && (direct != 0 || ring != 4 || served < 4) {
+				t.Fatalf("heap: %d direct, %d through the ring, %d served; want 0, 4, >= 4", direct, ring, served)
+			}
+		})
+	}
+}
+
+// Deregistering a region the peer has mapped withdraws it: the next
+// access is refused by the target (REM_ACCESS_ERR), and Dereg does not wait
+// for the peer to cooperate.
+func TestDeregRevokesMapping(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, ca, _ := pairOn(t, true, 64<<10)
+	win, err := b.PD.RegMR(b.Buf[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dereged := false
+	t.Cleanup(func() {
+		if !dereged {
+			win.Dereg()
+		}
+	})
+	a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), win.RemoteAddr(0), win.RKey()))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if d, _, _ := ca.Stats(); d != 1 {
+		t.Fatalf("write was not direct (%d direct)", d)
+	}
+	dereged = true
+	if err := win.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	before := append([]byte(nil), b.Buf[4096:8192]...)
+	conformance.Fill(a.Buf[:64], 3)
+	b.MustPostRecv(t, b.Recv(9, 0, 64))
+	a.MustPostSend(t, wr(2, verbs.WRRDMAWrite, a.MR.SGE(0, 64), win.RemoteAddr(0), win.RKey()))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 2, verbs.WCRemAccessErr, 0)
+	conformance.WaitState(t, b.QP, verbs.QPSErr)
+	if !bytes.Equal(b.Buf[4096:8192], before) {
+		t.Fatal("a write after Dereg changed the memory")
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 9, verbs.WCWRFlushErr, 0)
+}
+
+// Messages larger than the rings go in pieces, both ways: a SEND larger
+// than the request ring, a READ of Go memory larger than the response ring.
+func TestLargeMessages(t *testing.T) {
+	leakcheck.Check(t)
+	const n = 1<<20 + 13
+	a, b, _, _ := pairOn(t, false, 2*n+64)
+	conformance.Fill(a.Buf[:n], 1)
+	b.MustPostRecv(t, b.Recv(7, 0, n))
+	a.MustPostSend(t, a.Send(1, 0, n))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCSend)
+	wc := conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 7, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != n || !bytes.Equal(b.Buf[:n], a.Buf[:n]) {
+		t.Fatalf("SEND of %d bytes: byte_len %d, data equal %v", n, wc.ByteLen, bytes.Equal(b.Buf[:n], a.Buf[:n]))
+	}
+	conformance.Fill(b.Buf[n:2*n], 2)
+	a.MustPostSend(t, wr(2, verbs.WRRDMARead, a.MR.SGE(n, n), b.MR.RemoteAddr(n), b.MR.RKey()))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 2, verbs.WCSuccess, verbs.WCRDMARead)
+	if !bytes.Equal(a.Buf[n:2*n], b.Buf[n:2*n]) {
+		t.Fatal("READ: sink differs")
+	}
+}
+
+// Without polling, completions arrive through the completion channel: the
+// peers poke each other over the socket.
+func TestBlockingCompletions(t *testing.T) {
+	leakcheck.Check(t)
+	ca, cb := open(t), open(t)
+	mk := func(ctx *verbs.Context) (*conformance.Side, *verbs.CompChannel) {
+		ch, err := ctx.CreateCompChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ch.Close() })
+		s := &conformance.Side{Ctx: ctx}
+		s.PD, _ = ctx.AllocPD()
+		s.SendCQ, _ = ctx.CreateCQ(64, ch)
+		s.RecvCQ = s.SendCQ
+		s.QP, err = s.PD.CreateQP(verbs.QPInitAttr{SendCQ: s.SendCQ, RecvCQ: s.RecvCQ, QPType: verbs.QPTRC,
+			Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Buf = make([]byte, 4096)
+		s.MR, _ = s.PD.RegMR(s.Buf, verbs.AccessLocalWrite)
+		t.Cleanup(s.Close)
+		return s, ch
+	}
+	a, cha := mk(ca)
+	b, chb := mk(cb)
+	connect(t, a.QP, b.QP, cm.Params{}, cm.Params{})
+	wait := func(s *conformance.Side, ch *verbs.CompChannel) verbs.WC {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for {
+			var wc [1]verbs.WC
+			if n, _ := s.SendCQ.Poll(wc[:]); n == 1 {
+				return wc[0]
+			}
+			if err := s.SendCQ.ReqNotify(false); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := s.SendCQ.Poll(wc[:]); n == 1 {
+				return wc[0]
+			}
+			cq, err := ch.GetEvent(ctx)
+			if err != nil {
+				t.Fatalf("GetEvent: %v", err)
+			}
+			ch.AckEvents(cq, 1)
+		}
+	}
+	for i := range 50 {
+		b.MustPostRecv(t, b.Recv(uint64(i), 64, 64))
+		a.MustPostSend(t, a.Send(uint64(1000+i), 0, 32))
+		var got [2]verbs.WC
+		for k := range 2 {
+			wc := wait(map[int]*conformance.Side{0: a, 1: b}[k], map[int]*verbs.CompChannel{0: cha, 1: chb}[k])
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("round %d: %+v", i, wc)
+			}
+			got[k] = wc
+		}
+		if got[0].WRID != uint64(1000+i) || got[1].WRID != uint64(i) {
+			t.Fatalf("round %d: completions %+v", i, got)
+		}
+	}
+}
+
+// A peer that writes garbage into the shared ring fails the connection
+// cleanly: the victim's QP goes to ERR and flushes, nothing panics.
+func TestCorruptRing(t *testing.T) {
+	leakcheck.Check(t)
+	a, b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{}), conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	ca, cb := connect(t, a.QP, b.QP, cm.Params{}, cm.Params{})
+	b.MustPostRecv(t, b.Recv(5, 0, 64))
+	ca.Corrupt()
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 5, verbs.WCWRFlushErr, 0)
+	select {
+	case <-cb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the victim's connection did not end")
+	}
+	if cb.Err() == nil {
+		t.Fatal("no error for a corrupt ring")
+	}
+}
