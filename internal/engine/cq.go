@@ -219,6 +219,11 @@ func (cq *CQ) empty() bool {
 	return cq.ring[pos&cq.mask].seq.Load() != pos+1
 }
 
+// Armed reports whether ReqNotify armed the CQ and no event fired since: the
+// application is about to block on its channel, so a provider's polled mode
+// must not rely on it polling again.
+func (cq *CQ) Armed() bool { return cq.armed.Load() != armNone }
+
 // ReqNotify implements verbs.CQDriver.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.destroyed.Load() {

@@ -173,14 +173,15 @@ func (c *conn) fail(err error) {
 func (c *conn) rxLoop() {
 	defer close(c.done)
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
-	deadline := false
 	for {
+		// While the application polls, the read times out now and then to
+		// check that it still does. PollProgress sets the deadline too, so
+		// a clear here is followed by a look at polled.
+		if !c.polled.Load() {
+			c.uc.SetReadDeadline(time.Time{})
+		}
 		if c.polled.Load() {
 			c.uc.SetReadDeadline(time.Now().Add(pollIdle))
-			deadline = true
-		} else if deadline {
-			c.uc.SetReadDeadline(time.Time{})
-			deadline = false
 		}
 		msg, fds, err := readMsg(c.uc, buf, oob)
 		if err != nil {
@@ -272,13 +273,17 @@ func (c *conn) poke() {
 // QP, so the connection runs in its goroutine and nobody needs poking.
 func (c *conn) PollProgress() {
 	c.polls.Add(1)
-	if !c.polled.Load() {
+	// A poll between arming a CQ and waiting on its channel (the verbs
+	// idiom) does not start polled mode: the application is about to block.
+	if !c.polled.Load() && !c.scq.Armed() && !c.rcq.Armed() {
 		c.polled.Store(true)
 		if c.enter() {
 			atomic.StoreUint32(c.reqIn.c.sleep, 0)
 			atomic.StoreUint32(c.respIn.c.sleep, 0)
 			c.leave()
 		}
+		// The socket goroutine checks that polling goes on.
+		c.uc.SetReadDeadline(time.Now().Add(pollIdle))
 	}
 	c.progress()
 }
