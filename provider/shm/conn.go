@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -224,8 +225,8 @@ func (c *conn) peerGone(err error) {
 		return
 	default:
 	}
-	if errors.Is(err, errPeerClosed) {
-		err = ErrPeerDisconnect
+	if errors.Is(err, errPeerClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		err = ErrPeerDisconnect // it closed, exited or died: the kernel closed its socket
 	}
 	c.fail(err)
 }
