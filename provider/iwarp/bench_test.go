@@ -20,20 +20,6 @@ func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
 	return x, y
 }
 
-// spin busy-polls cq until one completion arrives: polled mode, where the
-// poll loop itself reads the socket.
-func spin(cq *verbs.CQ, wc []verbs.WC) error {
-	for {
-		n, err := cq.Poll(wc[:1])
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			return wc[0].Err()
-		}
-	}
-}
-
 // BenchmarkSendRecvPingPong measures 8-byte SEND/RECV round trips over
 // loopback TCP between two goroutines that busy-poll their CQs (polled
 // mode); ns/oneway is half a round trip, the figure perftest's send_lat and
@@ -43,7 +29,7 @@ func BenchmarkSendRecvPingPong(b *testing.B) {
 	rtt := make([]time.Duration, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	if err := pingPong(x, y, b.N, rtt); err != nil {
+	if err := conformance.PingPong(x, y, b.N, rtt); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
@@ -84,7 +70,7 @@ func BenchmarkRDMAWrite(b *testing.B) {
 			// A read after the writes: its completion means they all landed.
 			x.QP.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 8)},
 				RemoteAddr: y.MR.RemoteAddr(size), RKey: y.MR.RKey()}})
-			if err := spin(x.SendCQ, wc); err != nil {
+			if err := conformance.Spin(x.SendCQ, wc); err != nil {
 				b.Fatal(err)
 			}
 		})

@@ -208,6 +208,7 @@ type prodRing struct {
 	data []byte
 	mask uint64
 	tail uint64 // private: published with publish
+	pub  uint64 // the tail last published
 	head uint64 // the peer's head, last read
 }
 
@@ -216,7 +217,7 @@ func (r *prodRing) init(s *segment, ctl, off, size int) {
 	r.data = s.mem[off : off+size : off+size]
 	r.mask = uint64(size - 1)
 	r.tail = atomic.LoadUint64(r.c.tail)
-	r.head = r.tail
+	r.head, r.pub = r.tail, r.tail
 }
 
 // maxPayload is the largest payload one record of the ring carries.
@@ -264,6 +265,10 @@ func (r *prodRing) commit(n int) { r.tail += uint64(n) }
 // publish makes committed records visible and reports whether the consumer
 // asked to be poked.
 func (r *prodRing) publish() bool {
+	if r.pub == r.tail {
+		return false
+	}
+	r.pub = r.tail
 	raceRelease()
 	atomic.StoreUint64(r.c.tail, r.tail)
 	return atomic.LoadUint32(r.c.sleep) != 0 && atomic.CompareAndSwapUint32(r.c.sleep, 1, 0)
@@ -275,6 +280,7 @@ type consRing struct {
 	data []byte
 	mask uint64
 	head uint64 // private: published with publish
+	pub  uint64 // the head last published
 	tail uint64 // the producer's tail, last read
 }
 
@@ -332,9 +338,10 @@ func (r *consRing) advance(h *rec) { r.head += uint64(h.size) }
 // publish makes the consumed space available and reports whether the
 // producer asked to be poked.
 func (r *consRing) publish() bool {
-	if atomic.LoadUint64(r.c.head) == r.head {
+	if r.pub == r.head {
 		return false
 	}
+	r.pub = r.head
 	raceRelease()
 	atomic.StoreUint64(r.c.head, r.head)
 	return atomic.LoadUint32(r.c.wait) != 0 && atomic.CompareAndSwapUint32(r.c.wait, 1, 0)
