@@ -52,6 +52,7 @@ type conn struct {
 	rx      rxState
 	stopped atomic.Bool // our QP failed: consume nothing more
 	held    atomic.Bool // the request consumer waits (RNR, response ring full)
+	owePoke bool        // a publish asked for a poke not yet sent
 
 	// Requests waiting for the peer (sqMu).
 	ackMu sync.Mutex // held while completing

@@ -72,8 +72,8 @@ func (c *conn) consume() bool {
 	if c.reqIn.publish() {
 		poke = true
 	}
-	if c.respOut.publish() {
-		poke = true
+	if c.respOut.publish() || c.owePoke {
+		poke, c.owePoke = true, false
 	}
 	return poke
 }
@@ -264,7 +264,9 @@ func (c *conn) respReserve(n int) []byte {
 	if b := c.respOut.reserve(n); b != nil {
 		return b
 	}
-	c.respOut.publish()
+	if c.respOut.publish() {
+		c.owePoke = true
+	}
 	atomic.StoreUint32(c.respOut.c.wait, 1)
 	if c.respOut.refreshHead() != nil {
 		c.fail(errCorrupt)

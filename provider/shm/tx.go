@@ -249,7 +249,9 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		n := min(maxp, total-off)
 		b := c.reserve(recSize(int(n)))
 		if b == nil {
-			c.reqOut.publish()
+			if c.reqOut.publish() {
+				c.poke()
+			}
 			return c.stall()
 		}
 		h := rec{size: uint32(len(b)), kind: kind, flags: flags, n: n, imm: imm, addr: addr + uint64(off), rkey: rkey, total: w.Len}
@@ -313,11 +315,17 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	return engine.ResultPending
 }
 
+// addPend records a request the peer must finish; it runs before the
+// request is published. An application that is not polling is then poked
+// when the peer has consumed it.
 func (c *conn) addPend(q *pendQ, e pend) {
 	c.sqMu.Lock()
 	q.push(e)
 	c.nout.Add(1)
 	c.sqMu.Unlock()
+	if !c.polled.Load() {
+		atomic.StoreUint32(c.reqOut.c.wait, 1)
+	}
 }
 
 // checkAcks completes the requests the peer has finished: by its head for
