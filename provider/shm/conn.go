@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -60,6 +61,9 @@ type conn struct {
 	acks  pendQ // done when the peer's head passes them
 	resps pendQ // done when their response arrives
 	nout  atomic.Int32
+	// ackEnd is where the oldest request of acks ends (MaxUint64: none):
+	// below it, polls need not look at acks.
+	ackEnd atomic.Uint64
 	done1 []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu).
@@ -90,6 +94,7 @@ func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32
 	c := &conn{q: q, uc: uc, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		maps: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
 		dying: make(chan struct{}), done: make(chan struct{})}
+	c.ackEnd.Store(math.MaxUint64)
 	l := mine.l
 	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
 	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)
@@ -333,11 +338,12 @@ func (c *conn) progress() {
 		return
 	}
 	poke := false
-	if c.consMu.TryLock() {
+	// An idle poll only reads: the rings' positions, and the peer's state.
+	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
 		poke = c.consume()
 		c.consMu.Unlock()
 	}
-	if c.nout.Load() > 0 {
+	if c.nout.Load() > 0 && (atomic.LoadUint64(c.reqOut.c.head) >= c.ackEnd.Load() || c.peerStopped()) {
 		c.checkAcks()
 	}
 	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {

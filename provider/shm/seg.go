@@ -332,6 +332,10 @@ func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
 	}
 }
 
+// idle reports, from any goroutine, whether the producer has published
+// nothing beyond what the consumer has published as consumed.
+func (r *consRing) idle() bool { return atomic.LoadUint64(r.c.tail) == atomic.LoadUint64(r.c.head) }
+
 // advance consumes the record peek returned.
 func (r *consRing) advance(h *rec) { r.head += uint64(h.size) }
 

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -163,6 +164,11 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	return engine.Fail(verbs.WCLocQPOpErr)
 }
 
+// peerStopped reports whether the peer's QP failed or refused a request.
+func (c *conn) peerStopped() bool {
+	return c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0
+}
+
 // peerFailed reports whether the peer's QP is in ERR (it consumes nothing).
 func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.u32(offState)) == stateErr }
 
@@ -322,6 +328,9 @@ func (c *conn) addPend(q *pendQ, e pend) {
 	c.sqMu.Lock()
 	q.push(e)
 	c.nout.Add(1)
+	if q == &c.acks && q.len() == 1 {
+		c.ackEnd.Store(e.end)
+	}
 	c.sqMu.Unlock()
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
@@ -362,6 +371,11 @@ func (c *conn) checkAcks() {
 		c.nout.Add(-1)
 	}
 resps:
+	if c.acks.len() > 0 {
+		c.ackEnd.Store(c.acks.front().end)
+	} else {
+		c.ackEnd.Store(math.MaxUint64)
+	}
 	for c.resps.len() > 0 {
 		e := c.resps.front()
 		switch {
