@@ -66,19 +66,24 @@ type conn struct {
 	ackEnd atomic.Uint64
 	done1 []done // scratch for completions, used under sqMu
 
-	// Regions of the peer we map (mapMu).
-	mapMu  sync.Mutex
-	maps   map[uint32]*remote
-	asking map[uint32]bool
+	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
+	// sources of its SENDs (the consumer's); replaced ones stay mapped until
+	// the teardown, since a goroutine may still hold them.
+	mapMu   sync.Mutex
+	maps    map[uint32]*remote
+	srcs    map[uint32]*remote
+	asking  map[uint32]bool
+	retired []*remote
 
 	// Regions of ours the peer maps (expMu).
 	expMu   sync.Mutex
 	exps    []*export
+	offers  map[uint32]*export // our SEND sources offered to the peer (nil: not mappable)
 	expDead bool
 
 	// Counters for tests and DebugStats: requests done directly, requests
 	// sent through the peer, request records this side served.
-	nDirect, nRing, nServed atomic.Uint64
+	nDirect, nRing, nServed, nRef atomic.Uint64
 
 	polled    atomic.Bool
 	polls     atomic.Uint64
@@ -92,7 +97,8 @@ type conn struct {
 
 func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int) *conn {
 	c := &conn{q: q, uc: uc, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
-		maps: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
+		maps: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
+		offers: map[uint32]*export{},
 		dying: make(chan struct{}), done: make(chan struct{})}
 	c.ackEnd.Store(math.MaxUint64)
 	l := mine.l
@@ -257,10 +263,16 @@ func (c *conn) teardown() {
 		time.Sleep(20 * time.Microsecond)
 	}
 	c.mapMu.Lock()
-	for k, r := range c.maps {
-		r.unmap()
-		delete(c.maps, k)
+	for _, m := range []map[uint32]*remote{c.maps, c.srcs} {
+		for k, r := range m {
+			r.unmap()
+			delete(m, k)
+		}
 	}
+	for _, r := range c.retired {
+		r.unmap()
+	}
+	c.retired = nil
 	c.mapMu.Unlock()
 	c.last = nil
 	c.mine.unmap()

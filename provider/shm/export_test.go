@@ -23,3 +23,6 @@ func (x *Conn) Corrupt() {
 	c.reqOut.publish()
 	c.poke()
 }
+
+// Refs returns how many SENDs went by reference (copied once, by the receiver).
+func (x *Conn) Refs() uint64 { return x.c.nRef.Load() }

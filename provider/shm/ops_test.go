@@ -237,3 +237,27 @@ func TestCorruptRing(t *testing.T) {
 		t.Fatal("no error for a corrupt ring")
 	}
 }
+
+// A large SEND from memory the receiver can map is copied once, by the
+// receiver, from the sender's region: the first one offers the mapping
+// (and goes through the ring), the next ones go by reference.
+func TestLargeSendByReference(t *testing.T) {
+	leakcheck.Check(t)
+	const n = 1 << 20
+	a, b, ca, _ := pairOn(t, true, 2*n)
+	refs := ca.(interface{ Refs() uint64 })
+	for i := range 4 {
+		conformance.Fill(a.Buf[:n], byte(i+1))
+		b.MustPostRecv(t, b.Recv(uint64(i), n, n))
+		a.MustPostSend(t, a.Send(uint64(10+i), 0, n))
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(10+i), verbs.WCSuccess, verbs.WCSend)
+		wc := conformance.Poll1(t, b.RecvCQ)
+		conformance.ExpectWC(t, wc, uint64(i), verbs.WCSuccess, verbs.WCRecv)
+		if wc.ByteLen != n || !bytes.Equal(b.Buf[n:2*n], a.Buf[:n]) {
+			t.Fatalf("send %d: %d bytes, equal %v", i, wc.ByteLen, bytes.Equal(b.Buf[n:2*n], a.Buf[:n]))
+		}
+	}
+	if r := refs.Refs(); r != 3 {
+		t.Fatalf("%d SENDs by reference, want 3", r)
+	}
+}

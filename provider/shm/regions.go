@@ -137,16 +137,27 @@ func (c *conn) installMap(msg []byte, fds []int) {
 		}
 	}
 	closeFds(fds)
+	offer := msg[2] == 1
 	c.mapMu.Lock()
-	old := c.maps[r.rkey]
-	c.maps[r.rkey] = r
-	delete(c.asking, r.rkey)
-	c.mapMu.Unlock()
-	if old != nil {
-		// Replaced before Transmit looked (a duplicate answer): never in use.
-		c.last = nil
+	if offer {
+		// A SEND source: the consumer reads it; Transmit never sees it.
+		if old := c.srcs[r.rkey]; old != nil {
+			c.retired = append(c.retired, old)
+		}
+		c.srcs[r.rkey] = r
+	} else {
+		if old := c.maps[r.rkey]; old != nil {
+			c.retired = append(c.retired, old) // Transmit may hold it in c.last
+		}
+		c.maps[r.rkey] = r
+		delete(c.asking, r.rkey)
 	}
-	c.q.Kick()
+	c.mapMu.Unlock()
+	if offer {
+		c.progress() // a reference may be waiting for it
+	} else {
+		c.q.Kick()
+	}
 }
 
 // mapRegion maps n bytes at offset off of a memfd the peer passed.
@@ -173,7 +184,40 @@ func mapRegion(fd int, off, n uint64) (mapping, mem []byte, err error) {
 type export struct {
 	i      int
 	gen    uint64
+	key    uint32
 	cancel func()
+}
+
+// refMin is the smallest SEND that the receiver copies straight from the
+// sender's region (when it lies in an AllocBuffer); smaller ones are
+// copied into the ring and out of it, which costs less than the mapping.
+const refMin = 32 << 10
+
+// offered reports whether the peer has (or is being sent) a mapping of our
+// region lkey, so that a SEND from it can go by reference. The first time
+// a key is seen the mapping is offered, and the SEND goes through the ring:
+// the offer travels on the socket, and a receiver that meets a reference
+// before the offer waits for it.
+func (c *conn) offered(lkey uint32) bool {
+	c.expMu.Lock()
+	e, seen := c.offers[lkey]
+	c.expMu.Unlock()
+	if seen {
+		return e != nil
+	}
+	rep, oob, fd, e := c.exportMap(lkey, true)
+	c.expMu.Lock()
+	c.offers[lkey] = e // nil: not mappable, never offered again
+	c.expMu.Unlock()
+	if e == nil {
+		return false
+	}
+	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
+	unix.Close(fd)
+	if err != nil {
+		c.fail(err)
+	}
+	return false
 }
 
 // serveMap answers a peer's askMap: the memfd of a region registered over
@@ -185,12 +229,27 @@ func (c *conn) serveMap(msg []byte) {
 		c.fail(errProto)
 		return
 	}
-	rkey := binary.LittleEndian.Uint32(msg[4:])
-	var rep [mapRepLen]byte
+	rep, oob, fd, _ := c.exportMap(binary.LittleEndian.Uint32(msg[4:]), false)
+	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// exportMap prepares the answer to a mapping request for rkey (or, with
+// offer, the unsolicited mapping of one of our SEND sources): with the
+// memfd and a fresh slot when the region can be mapped, else "go through
+// me".
+func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []byte, fd int, exp *export) {
 	rep[0], rep[1] = msgMapRep, 1
+	if offer {
+		rep[2] = 1
+	}
 	binary.LittleEndian.PutUint32(rep[4:], rkey)
-	var oob []byte
-	fd := -1
+	fd = -1
 	if mr, f := c.q.LookupRemote(rkey); f == engine.FaultNone {
 		if buf := verbs.BufferOf(mr.Bytes()); buf != nil && buf.Fd() >= 0 {
 			// The buffer is still indexed after the dup, so the dup is of
@@ -213,19 +272,25 @@ func (c *conn) serveMap(msg []byte) {
 					binary.LittleEndian.PutUint64(rep[32:], uint64(len(mr.Bytes())))
 					binary.LittleEndian.PutUint64(rep[40:], foff)
 					oob = unix.UnixRights(fd)
+					e.key = rkey
+					exp = e
 					// Registered last: a region revoked meanwhile is revoked now.
-					e.cancel = mr.OnRevoke(func() { c.revoke(e) })
+					cancel := mr.OnRevoke(func() { c.revoke(e) })
+					c.expMu.Lock()
+					if c.expDead {
+						cancel() // the teardown ran meanwhile
+					} else {
+						e.cancel = cancel
+					}
+					c.expMu.Unlock()
+				} else {
+					unix.Close(fd)
+					fd = -1
 				}
 			}
 		}
 	}
-	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
-	if fd >= 0 {
-		unix.Close(fd)
-	}
-	if err != nil {
-		c.fail(err)
-	}
+	return rep, oob, fd, exp
 }
 
 // newExport takes a free slot and opens it for the peer.
@@ -288,4 +353,7 @@ func (c *conn) revoke(e *export) {
 	}
 	raceAcquire()
 	c.exps[e.i] = nil
+	if c.offers[e.key] == e {
+		delete(c.offers, e.key) // a new registration under the key may be offered again
+	}
 }

@@ -148,19 +148,38 @@ func (c *conn) serve(h *rec, p []byte) int {
 		if c.rx.off != c.rx.total {
 			return c.protoErr()
 		}
-		wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
-		switch {
-		case h.flags&fImm != 0:
-			wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
-		case h.flags&fInv != 0:
-			if q.Invalidate(h.imm) != engine.FaultNone {
-				return c.recvErr(verbs.WCLocQPOpErr, verbs.WCRemInvReqErr)
-			}
-			wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.imm
+		return c.finishRecv(h)
+
+
+	case recSendRef:
+		c.mapMu.Lock()
+		r := c.srcs[h.rkey]
+		c.mapMu.Unlock()
+		if r == nil {
+			return hold // the offer is on its way over the socket
 		}
-		c.rx.active = false
-		q.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
-		return served
+		if r.fallback || h.addr < r.base || uint64(h.total) > uint64(len(r.mem)) || h.addr-r.base > uint64(len(r.mem))-uint64(h.total) || c.rx.active {
+			return c.protoErr()
+		}
+		rc, ok := q.TakeRecv()
+		if !ok {
+			return hold
+		}
+		c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
+		var st verbs.WCStatus
+		if c.rx.dst, st = q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
+			return c.recvErr(st, verbs.WCRemOpErr)
+		}
+		if engine.TotalLen(c.rx.dst) < int(h.total) {
+			return c.recvErr(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
+		}
+		if !r.acquire() {
+			// The sender deregistered the region of a SEND in flight.
+			return c.recvErr(verbs.WCGeneralErr, verbs.WCRemOpErr)
+		}
+		engine.CopyInto(c.rx.dst, 0, r.at(h.addr, h.total))
+		r.release()
+		return c.finishRecv(h)
 
 	case recWrite:
 		if h.flags&fFirst != 0 && h.total > 0 {
@@ -244,6 +263,23 @@ func (c *conn) serve(h *rec, p []byte) int {
 		return served
 	}
 	return c.protoErr()
+}
+
+// finishRecv completes the SEND received into c.rx.
+func (c *conn) finishRecv(h *rec) int {
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
+	switch {
+	case h.flags&fImm != 0:
+		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
+	case h.flags&fInv != 0:
+		if c.q.Invalidate(h.imm) != engine.FaultNone {
+			return c.recvErr(verbs.WCLocQPOpErr, verbs.WCRemInvReqErr)
+		}
+		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.imm
+	}
+	c.rx.active = false
+	c.q.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
+	return served
 }
 
 // immediate delivers the immediate data of an RDMA WRITE WITH IMM, which

@@ -157,6 +157,7 @@ const (
 	recReadResp   = 6 // a piece of a READ response
 	recAtomicReq  = 7 // an atomic the target executes (payload: compare/add, swap)
 	recAtomicResp = 8 // an atomic's result (payload: the old value)
+	recSendRef    = 9 // a SEND whose data the receiver copies from the sender's region (rkey: its key, addr: where)
 
 	fFirst     = 1 << 0
 	fLast      = 1 << 1

@@ -248,6 +248,22 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 			return engine.Fail(st)
 		}
 	}
+	if kind == recSend && !c.tx.busy && total >= refMin && len(c.src) == 1 && wr.Inline == nil && len(wr.SGList) == 1 && c.offered(wr.SGList[0].LKey) {
+		// Copied once: by the receiver, from our region, which it mapped.
+		b := c.reserve(recHdr)
+		if b == nil {
+			return c.stall()
+		}
+		h := rec{size: recHdr, kind: recSendRef, flags: flags | fFirst | fLast, imm: imm, addr: wr.SGList[0].Addr, rkey: wr.SGList[0].LKey, total: total}
+		putRec(b, &h)
+		c.reqOut.commit(recHdr)
+		c.nRef.Add(1)
+		c.addPend(&c.acks, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+		if c.reqOut.publish() {
+			c.poke()
+		}
+		return engine.ResultPending
+	}
 	maxp := uint32(c.reqOut.maxPayload())
 	c.tx.busy = true
 	for {
