@@ -64,7 +64,7 @@ type conn struct {
 	// ackEnd is where the oldest request of acks ends (MaxUint64: none):
 	// below it, polls need not look at acks.
 	ackEnd atomic.Uint64
-	done1 []done // scratch for completions, used under sqMu
+	done1  []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
 	// sources of its SENDs (the consumer's); replaced ones stay mapped until
@@ -99,7 +99,7 @@ func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32
 	c := &conn{q: q, uc: uc, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		maps: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
 		offers: map[uint32]*export{},
-		dying: make(chan struct{}), done: make(chan struct{})}
+		dying:  make(chan struct{}), done: make(chan struct{})}
 	c.ackEnd.Store(math.MaxUint64)
 	l := mine.l
 	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)

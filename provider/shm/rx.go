@@ -150,7 +150,6 @@ func (c *conn) serve(h *rec, p []byte) int {
 		}
 		return c.finishRecv(h)
 
-
 	case recSendRef:
 		c.mapMu.Lock()
 		r := c.srcs[h.rkey]
