@@ -23,8 +23,10 @@ summary table is printed (the README's main job).
 
 TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw, atomic_lat.
 With no SERVER and no -server, both ends run in this process over a real
-loopback iWARP/TCP connection. With -server, wait for one client; with
-SERVER, connect to it.
+connection: loopback iWARP/TCP (-d iwarp0) or shared memory (-d shm0).
+With -server, wait for one client; with SERVER, connect to it (-d shm0:
+both processes on one host; the socket is the abstract name
+@goverbs-perf-PORT, and SERVER is ignored).
 
 Method: latency tests time every iteration and report its distribution
 (send and write: half a ping-pong round trip; read and atomic: one
@@ -47,7 +49,7 @@ func perfCmd(args []string) error {
 	dur := fs.Int("D", 0, "run bandwidth tests for this many seconds instead of -n iterations")
 	depth := fs.Int("t", 128, "send queue depth (work requests in flight)")
 	port := fs.Int("p", 18515, "port")
-	dev := fs.String("d", "iwarp0", "device (iwarp0)")
+	dev := fs.String("d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines")
 	qps := fs.Int("q", 1, "number of QPs (only 1 for now)")
@@ -62,8 +64,17 @@ func perfCmd(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if *dev != "iwarp0" {
-		return fmt.Errorf("perf: device %q: only iwarp0 is supported for now", *dev)
+	if *dev != "iwarp0" && *dev != "shm0" {
+		return fmt.Errorf("perf: device %q: iwarp0 or shm0", *dev)
+	}
+	shm := *dev == "shm0"
+	listenAddr := net.JoinHostPort("", strconv.Itoa(*port))
+	serverAddr := func() string { return net.JoinHostPort(fs.Arg(0), strconv.Itoa(*port)) }
+	loopAddr := "127.0.0.1:0"
+	if shm {
+		listenAddr = fmt.Sprintf("unix:@goverbs-perf-%d", *port)
+		serverAddr = func() string { return listenAddr }
+		loopAddr = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
 	if *qps != 1 {
 		return errors.New("perf: -q other than 1 is not implemented yet")
@@ -93,7 +104,7 @@ func perfCmd(args []string) error {
 	defer stop()
 
 	if *server {
-		ln, err := rdmacm.Listen(net.JoinHostPort("", strconv.Itoa(*port)))
+		ln, err := rdmacm.Listen(listenAddr)
 		if err != nil {
 			return err
 		}
@@ -119,9 +130,9 @@ func perfCmd(args []string) error {
 		var r perf.Result
 		var err error
 		if fs.NArg() > 0 {
-			r, err = perf.Run(ctx, net.JoinHostPort(fs.Arg(0), strconv.Itoa(*port)), c)
+			r, err = perf.Run(ctx, serverAddr(), c)
 		} else {
-			r, err = perf.Loopback(ctx, "127.0.0.1:0", c)
+			r, err = perf.Loopback(ctx, loopAddr, c)
 		}
 		if err != nil {
 			w.Flush()
@@ -147,26 +158,36 @@ func perfCmd(args []string) error {
 func perfAll() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	fmt.Println("goverbs perf: every test in loopback over iWARP/TCP (iwarp0, one process, both ends busy-polling)")
+	fmt.Println("goverbs perf: every test in loopback, one process, both ends busy-polling:")
+	fmt.Println("iwarp0 (iWARP over loopback TCP) and shm0 (shared memory)")
 	fmt.Println()
 	lw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(lw, "test\tbytes\titerations\tt_min[us]\tt_typical[us]\tt_avg[us]\t99%[us]\t99.9%[us]\t")
+	fmt.Fprintln(lw, "device\ttest\tbytes\titerations\tt_min[us]\tt_typical[us]\tt_avg[us]\t99%[us]\t99.9%[us]\t")
 	bw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(bw, "test\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
-	for _, test := range perf.Tests {
-		c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128}
-		lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
-		if lat {
-			c.Size, c.Iters = 8, 20000
-		}
-		r, err := perf.Loopback(ctx, "127.0.0.1:0", c)
-		if err != nil {
-			return fmt.Errorf("%s: %w", test, err)
-		}
-		if lat {
-			fmt.Fprintf(lw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", test, r.Bytes, r.Iters, r.Min, r.Typical, r.Avg, r.P99, r.P999)
-		} else {
-			fmt.Fprintf(bw, "%s\t%d\t%d\t%.0f\t%.0f\t%.4f\t\n", test, r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+	fmt.Fprintln(bw, "device\ttest\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
+	for _, dev := range []string{"iwarp0", "shm0"} {
+		for _, test := range perf.Tests {
+			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128}
+			lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
+			if lat {
+				c.Size, c.Iters = 8, 20000
+			}
+			addr := "127.0.0.1:0"
+			if dev == "shm0" {
+				addr = fmt.Sprintf("unix:@goverbs-perf-%d-%s", os.Getpid(), test)
+				if !lat {
+					c.Size, c.Iters = 1<<20, 5000
+				}
+			}
+			r, err := perf.Loopback(ctx, addr, c)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", dev, test, err)
+			}
+			if lat {
+				fmt.Fprintf(lw, "%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", dev, test, r.Bytes, r.Iters, r.Min, r.Typical, r.Avg, r.P99, r.P999)
+			} else {
+				fmt.Fprintf(bw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.4f\t\n", dev, test, r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+			}
 		}
 	}
 	lw.Flush()

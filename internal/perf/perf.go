@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -88,6 +89,7 @@ func (c *Config) Check() error {
 // side is one end: its identifier and its registered buffer.
 type side struct {
 	id  *rdmacm.ID
+	mem *verbs.Buffer
 	buf []byte
 	mr  *verbs.MR
 	// the peer's buffer
@@ -125,8 +127,13 @@ func qpAttr(c *Config) *verbs.QPInitAttr {
 
 func (s *side) register(c *Config) error {
 	n := markSize(c.Size) * 2
-	s.buf = make([]byte, n)
-	var err error
+	// Memory outside the Go heap, as RDMA applications register it; over
+	// shm it is a memfd the peer maps, so one-sided operations are direct.
+	b, err := verbs.AllocBuffer(n)
+	if err != nil {
+		return err
+	}
+	s.mem, s.buf = b, b.Bytes()[:n]
 	s.mr, err = s.id.PD.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	return err
 }
@@ -135,6 +142,9 @@ func (s *side) close() {
 	s.id.Close()
 	if s.mr != nil {
 		s.mr.Dereg()
+	}
+	if s.mem != nil {
+		s.mem.Free()
 	}
 }
 
@@ -224,7 +234,11 @@ func Loopback(ctx context.Context, addr string, c Config) (Result, error) {
 	defer ln.Close()
 	served := make(chan error, 1)
 	go func() { served <- Serve(ctx, ln, c) }()
-	r, err := Run(ctx, ln.LocalAddr().String(), c)
+	dial := ln.LocalAddr().String()
+	if strings.HasPrefix(addr, "unix:") {
+		dial = "unix:" + dial
+	}
+	r, err := Run(ctx, dial, c)
 	serr := <-served
 	if err == nil {
 		err = serr
