@@ -2,15 +2,24 @@ package perf
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
 )
 
-// Every test runs in loopback over iWARP and produces plausible figures.
+// Every test runs in loopback over iWARP and over shm and produces
+// plausible figures.
 func TestLoopback(t *testing.T) {
 	leakcheck.Check(t)
+	for _, dev := range []string{"iwarp0", "shm0"} {
+		t.Run(dev, func(t *testing.T) { testLoopback(t, dev) })
+	}
+}
+
+func testLoopback(t *testing.T, dev string) {
 	for _, test := range Tests {
 		if test == "write_lat" && raceEnabled {
 			t.Log("write_lat is measured in the run without -race (see race_test.go)")
@@ -20,7 +29,11 @@ func TestLoopback(t *testing.T) {
 			t.Run(test, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				r, err := Loopback(ctx, "127.0.0.1:0", Config{Test: test, Size: size, Iters: 200, TxDepth: 16})
+				addr := "127.0.0.1:0"
+				if dev == "shm0" {
+					addr = fmt.Sprintf("unix:@goverbs-perf-test-%d-%s-%d", os.Getpid(), test, size)
+				}
+				r, err := Loopback(ctx, addr, Config{Test: test, Size: size, Iters: 200, TxDepth: 16})
 				if err != nil {
 					t.Fatal(err)
 				}
