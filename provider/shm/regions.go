@@ -250,6 +250,9 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 	}
 	binary.LittleEndian.PutUint32(rep[4:], rkey)
 	fd = -1
+	if !DirectAccess {
+		return rep, nil, fd, nil
+	}
 	if mr, f := c.q.LookupRemote(rkey); f == engine.FaultNone {
 		if buf := verbs.BufferOf(mr.Bytes()); buf != nil && buf.Fd() >= 0 {
 			// The buffer is still indexed after the dup, so the dup is of

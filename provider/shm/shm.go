@@ -32,6 +32,13 @@
 // An access that fails those checks is not made: it goes the other way,
 // below, so that the target reports it as it would any remote error.
 //
+// Trust: a memfd is passed whole, so the peer process could map all of the
+// AllocBuffer a region lies in, not only the region (goverbs maps only the
+// region and checks every access, but a hostile process need not). Keep
+// memory that a peer must never see in AllocBuffers of its own, or set
+// DirectAccess to false: every RDMA operation then goes through the target,
+// which checks it against its own registrations.
+//
 // Memory that is not a memfd (Go heap, mmap of a file) cannot be mapped by
 // another process: WRITEs to it travel through the request ring and are
 // placed by the target, READs and atomics are answered by the target
@@ -77,6 +84,11 @@ import (
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
 )
+
+// DirectAccess lets peers map our regions that lie in AllocBuffers (the
+// fast path; see the package documentation on trust). It is read when a
+// peer first asks for a region; set it before connecting.
+var DirectAccess = true
 
 // DeviceName is the name of the shared-memory device.
 const DeviceName = "shm0"
