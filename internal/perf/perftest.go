@@ -126,6 +126,20 @@ func (m *ptComm) close() {
 	}
 }
 
+// linger waits up to d for the peer to close the control connection.
+// perftest closes its end as it exits; tearing ours down first can fail
+// its last SEND (siw then reports IBV_WC_LOC_QP_OP_ERR on it, as seen in
+// the vmlab after read tests).
+func (m *ptComm) linger(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-m.id.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 func (m *ptComm) postRecv() error {
 	return m.id.QP.PostRecv([]verbs.RecvWR{{WRID: ptSyncID, SGList: []verbs.SGE{m.mr.SGE(0, ptDestLen)}}})
 }
@@ -466,6 +480,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
+	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {
 		q.id.Disconnect()
 	}
@@ -485,8 +500,11 @@ func ServePerftest(ctx context.Context, ln *rdmacm.ID, c Config) error {
 		return err
 	}
 	defer p.close()
-	_, err = p.run(ctx)
-	return err
+	if _, err = p.run(ctx); err != nil {
+		return err
+	}
+	p.comm.linger(ctx, 5*time.Second)
+	return nil
 }
 
 func (c *Config) checkPerftest() error {
