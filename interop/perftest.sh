@@ -5,6 +5,7 @@
 #
 #   interop/perftest.sh             every test, both roles, at each of $SIZES
 #   TESTS="send_bw read_lat" SIZES=4096 interop/perftest.sh
+#   QPS=2 TESTS="send_bw write_bw read_bw" interop/perftest.sh   bandwidth over 2 QPs (-q)
 #   KEEP=1 interop/perftest.sh      leave the VM running afterwards
 #
 # goverbs runs on the host inside the lab's network namespace (10.77.0.1),
@@ -21,6 +22,7 @@ LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
 BIN=${BIN:-/tmp/goverbs-interop}
 TESTS=${TESTS:-"send_bw write_bw read_bw send_lat write_lat read_lat"}
 SIZES=${SIZES:-"8 65536"}
+QPS=${QPS:-1}
 PORT=18515
 export PATH="/usr/local/go/bin:$PATH"
 mkdir -p "$BIN"
@@ -41,10 +43,12 @@ result() { # name rc
 	fi
 }
 iters() { case $1 in *_lat) echo 1000 ;; *) echo 2000 ;; esac; }
+qflag() { case $1 in *_bw) echo "-q $QPS" ;; esac; }
 
 for S in $SIZES; do
 	for T in $TESTS; do
-		N=$(iters "$T")
+		N="$(iters "$T") $(qflag "$T")"
+		N=${N% }
 		# goverbs client -> perftest server (siw)
 		"$LAB" exec "pkill -x ib_$T; sleep 0.2; rm -f /tmp/pt-peer.log; (timeout 60 ib_$T -R -d siw0 -s $S -n $N > /tmp/pt-peer.log 2>&1; echo rc=\$? >> /tmp/pt-peer.log) &" >/dev/null
 		"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
