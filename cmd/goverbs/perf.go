@@ -42,7 +42,8 @@ connection, version and pingpong_dest exchange, receiver credits for
 send_bw over iWARP), so goverbs works against ib_send_bw, ib_write_bw,
 ib_read_bw, ib_send_lat, ib_write_lat and ib_read_lat run with -R, in
 either role (not atomic_lat: siw has no atomics). As with perftest, give
-both ends the same test, -s and -n; perftest reports MB/s as MiB/s.
+both ends the same test, -s, -n and -q (without -R a goverbs server takes
+them from the client); perftest reports MB/s as MiB/s.
 
 While a test runs, a progress line is shown on stderr when stdout and
 stderr are terminals (never with -json).
@@ -67,9 +68,9 @@ func perfCmd(args []string) error {
 	if len(args) == 0 {
 		return perfAll()
 	}
-	if args[0] == "-h" || args[0] == "--help" {
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fs.Usage()
-		return errors.New("perf: name a test")
+		return nil
 	}
 	test := args[0]
 	if err := fs.Parse(args[1:]); err != nil {

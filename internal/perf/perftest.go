@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -303,13 +304,7 @@ func (p *ptSession) prefix(ctx context.Context, ln *rdmacm.ID, addr string) erro
 	if err != nil {
 		return err
 	}
-	rs := string(rv[:max(0, min(len(rv), 16))])
-	for i := range len(rs) {
-		if rs[i] == 0 {
-			rs = rs[:i]
-			break
-		}
-	}
+	rs, _, _ := strings.Cut(string(rv[:min(len(rv), 16)]), "\x00")
 	var rver float64
 	if _, err := fmt.Sscanf(rs, "%g", &rver); err != nil || rver < ptMinVersion {
 		return fmt.Errorf("perf: the peer speaks perftest version %q; this side speaks %s (5.70 or later needed)", rs, ptVersion)
