@@ -113,15 +113,15 @@ table() { # metric title unit better
 		$1==m {v[$2"\t"$3]=$4; if (!($3 in seen)) {seen[$3]=1; tools[++nt]=$3}; if (!($2 in ss)) {ss[$2]=1; sizes[++ns]=$2}}
 		END {
 			nd=split(devs, d, " ")
-			printf "%-16s", "tool"; for (i=1;i<=ns;i++) printf "%12s", sizes[i] " B"; printf "\n"
+			printf "%-26s", "tool"; for (i=1;i<=ns;i++) printf "%12s", sizes[i] " B"; printf "\n"
 			for (t=1;t<=nt;t++) {
-				printf "%-16s", tools[t]
+				printf "%-26s", tools[t]
 				for (i=1;i<=ns;i++) { x=v[sizes[i]"\t"tools[t]]; if (x=="") printf "%12s", "-"; else printf "%12.2f", x }
 				printf "\n"
 			}
 			for (k=1;k<=nd;k++) for (t=1;t<=nt;t++) {
 				if (tools[t] ~ /^goverbs/) continue
-				printf "%-16s", "  " d[k] "/" tools[t]
+				printf "%-26s", "  " d[k] "/" tools[t]
 				for (i=1;i<=ns;i++) { g=v[sizes[i]"\tgoverbs " d[k]]; p=v[sizes[i]"\t"tools[t]]; if (g==""||p==""||p==0) printf "%12s", "-"; else printf "%12.2f", g/p }
 				printf "\n"
 			}

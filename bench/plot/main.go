@@ -103,7 +103,30 @@ func (valueTicks) ticks(min, max float64, ms []float64) []plot.Tick {
 	return t
 }
 
-func panel(title, ylabel string, data map[string]plotter.XYs) (*plot.Plot, error) {
+// colors gives each tool the same color in every panel; goverbs is red.
+func colors(s series) map[string]color.Color {
+	var tools []string
+	seen := map[string]bool{}
+	for _, m := range s {
+		for tool := range m {
+			if !seen[tool] {
+				seen[tool] = true
+				tools = append(tools, tool)
+			}
+		}
+	}
+	sort.Strings(tools)
+	c := map[string]color.Color{}
+	for i, tool := range tools {
+		c[tool] = plotutil.Color(i + 1) // Color(0) is red
+		if strings.HasPrefix(tool, "goverbs") {
+			c[tool] = color.RGBA{R: 200, A: 255}
+		}
+	}
+	return c
+}
+
+func panel(title, ylabel string, data map[string]plotter.XYs, col map[string]color.Color) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "message size"
@@ -124,9 +147,8 @@ func panel(title, ylabel string, data map[string]plotter.XYs) (*plot.Plot, error
 		if err != nil {
 			return nil, err
 		}
-		c := plotutil.Color(i + 1) // Color(0), red, is goverbs'
+		c := col[tool]
 		if strings.HasPrefix(tool, "goverbs") {
-			c = color.RGBA{R: 200, A: 255}
 			l.Width = vg.Points(2.5)
 		}
 		l.Color, s.Color = c, c
@@ -146,11 +168,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lat, err := panel(*title+": one-way latency (mean)", "µs", s["lat"])
+	lat, err := panel(*title+": one-way latency (mean)", "µs", s["lat"], colors(s))
 	if err != nil {
 		log.Fatal(err)
 	}
-	bw, err := panel(*title+": streaming bandwidth", "MB/s", s["bw"])
+	bw, err := panel(*title+": streaming bandwidth", "MB/s", s["bw"], colors(s))
 	if err != nil {
 		log.Fatal(err)
 	}
