@@ -319,7 +319,11 @@ func (p *ptSession) prefix(ctx context.Context, ln *rdmacm.ID, addr string) erro
 			return errors.New("perf: short perftest system data")
 		}
 		if mine == ptCycle {
-			p.cycle = max(ptCycle, int(binary.BigEndian.Uint32(r)))
+			rc := int(binary.BigEndian.Uint32(r))
+			if rc > 16<<20 {
+				return fmt.Errorf("perf: the peer's cycle buffer of %d bytes is implausible (perftest uses the page size)", rc)
+			}
+			p.cycle = max(ptCycle, rc)
 		}
 	}
 	if _, err := p.comm.xchg(ctx, []byte(ptMTU+"\x00")); err != nil {
