@@ -24,18 +24,31 @@ summary table is printed (the README's main job).
 TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw, atomic_lat.
 With no SERVER and no -server, both ends run in this process over a real
 connection: loopback iWARP/TCP (-d iwarp0) or shared memory (-d shm0).
-With -server, wait for one client; with SERVER, connect to it (-d shm0:
-both processes on one host; the socket is the abstract name
-@goverbs-perf-PORT, and SERVER is ignored).
+With -server, wait for one client; with SERVER, connect to it. Flags go
+before SERVER, as with perftest. With -d shm0 both processes are on one
+host: the socket is the abstract name @goverbs-perf-PORT, SERVER is ignored.
 
-Method: latency tests time every iteration and report its distribution
-(send and write: half a ping-pong round trip; read and atomic: one
-operation until its completion). Bandwidth tests keep -t requests in flight
-and divide the completed bytes by the elapsed time; the peak is the best
-window of at least a twentieth of the run and 5 ms. Both ends busy-poll
-their CQs.
+Method.
+  Latency: every iteration is timestamped and the distribution of the
+  per-iteration times is reported: t_min, t_typical (the median), t_avg,
+  t_max, the standard deviation, and the 99% and 99.9% percentiles. Send
+  and write latency is half a ping-pong round trip; read and atomic latency
+  is one operation from post to completion.
+  Bandwidth: -t work requests are kept in flight on each of -q QPs; the
+  bytes of the completed requests are divided by the elapsed time (MB =
+  10^6 bytes). The peak is the best window of at least a twentieth of the
+  run and 5 ms. Both ends busy-poll their CQs (polled progress).
 
-Not yet: perftest's own handshake (-R against ib_*_bw/lat), several QPs (-q).
+-R speaks perftest's own rdma_cm protocol instead of goverbs' (control
+connection, version and pingpong_dest exchange, receiver credits for
+send_bw over iWARP), so goverbs works against ib_send_bw, ib_write_bw,
+ib_read_bw, ib_send_lat, ib_write_lat and ib_read_lat run with -R, in
+either role (not atomic_lat: siw has no atomics). As with perftest, give
+both ends the same test, -s, -n and -q (without -R a goverbs server takes
+them from the client); perftest reports MB/s as MiB/s.
+
+While a test runs, a progress line is shown on stderr when stdout and
+stderr are terminals (never with -json).
 
 flags:
 `
@@ -52,13 +65,14 @@ func perfCmd(args []string) error {
 	dev := fs.String("d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines")
-	qps := fs.Int("q", 1, "number of QPs (only 1 for now)")
+	qps := fs.Int("q", 1, "number of QPs (connections) driven in parallel, bandwidth tests")
+	pt := fs.Bool("R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
 	if len(args) == 0 {
 		return perfAll()
 	}
-	if args[0] == "-h" || args[0] == "--help" {
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fs.Usage()
-		return errors.New("perf: name a test")
+		return nil
 	}
 	test := args[0]
 	if err := fs.Parse(args[1:]); err != nil {
@@ -68,6 +82,9 @@ func perfCmd(args []string) error {
 		return fmt.Errorf("perf: device %q: iwarp0 or shm0", *dev)
 	}
 	shm := *dev == "shm0"
+	if shm && *pt {
+		return errors.New("perf: -R (perftest's protocol) runs over iwarp0: perftest has no shared-memory device")
+	}
 	listenAddr := net.JoinHostPort("", strconv.Itoa(*port))
 	serverAddr := func() string { return net.JoinHostPort(fs.Arg(0), strconv.Itoa(*port)) }
 	loopAddr := "127.0.0.1:0"
@@ -76,10 +93,10 @@ func perfCmd(args []string) error {
 		serverAddr = func() string { return listenAddr }
 		loopAddr = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
-	if *qps != 1 {
-		return errors.New("perf: -q other than 1 is not implemented yet")
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps}
+	if !*js {
+		c.Progress = progressLine()
 	}
-	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth}
 	lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
 	if c.Size == 0 {
 		c.Size = 65536
@@ -100,6 +117,9 @@ func perfCmd(args []string) error {
 			sizes = append(sizes, n)
 		}
 	}
+	if *pt && *all {
+		return errors.New("perf: -a is not supported with -R (run one size at a time)")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -110,6 +130,10 @@ func perfCmd(args []string) error {
 		}
 		defer ln.Close()
 		fmt.Fprintf(os.Stderr, "waiting for a client on %v\n", ln.LocalAddr())
+		if *pt {
+			c.Progress = nil
+			return perf.ServePerftest(ctx, ln, c)
+		}
 		for range sizes {
 			if err := perf.Serve(ctx, ln, c); err != nil {
 				return err
@@ -129,11 +153,17 @@ func perfCmd(args []string) error {
 		c.Size = n
 		var r perf.Result
 		var err error
-		if fs.NArg() > 0 {
+		switch {
+		case fs.NArg() > 0 && *pt:
+			r, err = perf.RunPerftest(ctx, serverAddr(), c)
+		case fs.NArg() > 0:
 			r, err = perf.Run(ctx, serverAddr(), c)
-		} else {
+		case *pt:
+			r, err = perf.LoopbackPerftest(ctx, loopAddr, c)
+		default:
 			r, err = perf.Loopback(ctx, loopAddr, c)
 		}
+		clearProgress(c.Progress)
 		if err != nil {
 			w.Flush()
 			return err
@@ -179,7 +209,9 @@ func perfAll() error {
 					c.Size, c.Iters = 1<<20, 5000
 				}
 			}
+			c.Progress = progressLine()
 			r, err := perf.Loopback(ctx, addr, c)
+			clearProgress(c.Progress)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", dev, test, err)
 			}
@@ -196,4 +228,43 @@ func perfAll() error {
 	fmt.Println()
 	fmt.Println("latency: send and write are half a round trip, read and atomic one whole operation (see goverbs perf -h)")
 	return nil
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressLine returns a Progress callback that keeps one live line on
+// stderr, or nil when stdout or stderr is not a terminal.
+func progressLine() func(perf.Progress) {
+	if !isTerminal(os.Stdout) || !isTerminal(os.Stderr) {
+		return nil
+	}
+	var last time.Time
+	return func(p perf.Progress) {
+		if time.Since(last) < 200*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		line := fmt.Sprintf("%s: %d", p.Test, p.Done)
+		if p.Total > 0 {
+			line += fmt.Sprintf("/%d iterations (%.0f%%)", p.Total, 100*float64(p.Done)/float64(p.Total))
+		} else {
+			line += " iterations"
+		}
+		line += fmt.Sprintf(", %.1f s", p.Elapsed.Seconds())
+		if p.Bytes > 0 && p.Elapsed > 0 {
+			line += fmt.Sprintf(", %.0f MB/s", float64(p.Bytes)/p.Elapsed.Seconds()/1e6)
+		}
+		fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+	}
+}
+
+// clearProgress erases the progress line, if there is one.
+func clearProgress(f func(perf.Progress)) {
+	if f != nil {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
 }

@@ -33,9 +33,32 @@ var Tests = []string{"send_lat", "send_bw", "write_lat", "write_bw", "read_lat",
 type Config struct {
 	Test     string
 	Size     int
-	Iters    int
+	Iters    int           // per QP
 	Duration time.Duration // when non-zero, run for this long instead of Iters
 	TxDepth  int
+	// QPs is the number of QPs (connections) a bandwidth test drives in
+	// parallel, round-robin from one goroutine as perftest does; 0 means 1.
+	QPs int
+	// Progress, when set, is called about every 200 ms of a measurement
+	// from the measuring goroutine (keep it short).
+	Progress func(Progress)
+}
+
+// Progress is how far a measurement is.
+type Progress struct {
+	Test    string
+	Done    int // iterations completed (all QPs)
+	Total   int // 0 when the run is timed (-D)
+	Elapsed time.Duration
+	Bytes   int64 // bytes completed
+}
+
+// progress reports iteration done of a single-QP latency run.
+func (c *Config) progress(done int, start time.Time) {
+	if c.Progress == nil || done&0x3ff != 0 {
+		return
+	}
+	c.Progress(Progress{Test: c.Test, Done: done, Total: c.Iters, Elapsed: time.Since(start), Bytes: int64(done) * int64(c.Size)})
 }
 
 // Result is one measurement.
@@ -78,6 +101,15 @@ func (c *Config) Check() error {
 	if c.TxDepth < 1 {
 		c.TxDepth = 128
 	}
+	if c.QPs < 1 {
+		c.QPs = 1
+	}
+	if c.QPs > 64 {
+		return fmt.Errorf("%d QPs (at most 64)", c.QPs)
+	}
+	if c.QPs > 1 && c.lat() {
+		return fmt.Errorf("-q %d: latency tests run on one QP", c.QPs)
+	}
 	if c.Test == "send_bw" && c.Iters > 8192 {
 		// iWARP has no RNR: every receive is posted before the run, and the
 		// receive queue holds at most this many.
@@ -97,7 +129,7 @@ type side struct {
 	rkey  uint32
 }
 
-const pdLen = 8 + 4 + 4 + 4 // addr, rkey, size, iterations
+const pdLen = 8 + 4 + 4 + 4 + 4 // addr, rkey, size, iterations, QPs
 
 func (s *side) privateData(c *Config) []byte {
 	b := make([]byte, pdLen)
@@ -105,6 +137,7 @@ func (s *side) privateData(c *Config) []byte {
 	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
 	binary.BigEndian.PutUint32(b[12:], uint32(c.Size))
 	binary.BigEndian.PutUint32(b[16:], uint32(c.Iters))
+	binary.BigEndian.PutUint32(b[20:], uint32(c.QPs))
 	return b
 }
 
@@ -148,8 +181,9 @@ func (s *side) close() {
 	}
 }
 
-// Serve accepts one connection on ln and plays the passive side of the
-// test the client asks for (size and iterations come from the client).
+// Serve accepts one client on ln (its Config.QPs connections) and plays
+// the passive side of the test the client asks for (size, iterations and
+// QPs come from the client).
 func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 	req, err := ln.GetRequest(ctx)
 	if err != nil {
@@ -157,67 +191,161 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 	}
 	pd := req.PrivateData()
 	if len(pd) >= pdLen {
-		c.Size, c.Iters = int(binary.BigEndian.Uint32(pd[12:])), int(binary.BigEndian.Uint32(pd[16:]))
+		c.Size, c.Iters, c.QPs = int(binary.BigEndian.Uint32(pd[12:])), int(binary.BigEndian.Uint32(pd[16:])), int(binary.BigEndian.Uint32(pd[20:]))
 	}
 	if err := c.Check(); err != nil {
 		req.Reject([]byte(err.Error()))
+		req.Close()
 		return err
 	}
-	s := &side{id: req}
-	defer s.close()
-	if err := req.CreateQP(nil, *qpAttr(&c)); err != nil {
-		req.Reject(nil)
-		return err
+	var ss []*side
+	defer func() {
+		for _, s := range ss {
+			s.close()
+		}
+	}()
+	for i := range c.QPs {
+		if i > 0 {
+			if req, err = ln.GetRequest(ctx); err != nil {
+				return err
+			}
+		}
+		s := &side{id: req}
+		ss = append(ss, s)
+		if err := s.accept(ctx, &c); err != nil {
+			return err
+		}
 	}
-	if err := s.register(&c); err != nil {
-		req.Reject(nil)
-		return err
+	if len(ss) == 1 {
+		return ss[0].serve(ctx, &c)
 	}
-	if err := s.peer(pd); err != nil {
-		req.Reject(nil)
-		return err
-	}
-	if err := s.prepost(&c); err != nil {
-		req.Reject(nil)
-		return err
-	}
-	if err := req.Accept(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16}); err != nil {
-		return err
-	}
-	return s.serve(ctx, &c)
+	return serveMany(ctx, ss, &c)
 }
 
-// Run connects to the server at addr, measures and returns the result.
+// accept answers the connection request of s.
+func (s *side) accept(ctx context.Context, c *Config) error {
+	req := s.id
+	if err := req.CreateQP(nil, *qpAttr(c)); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.register(c); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.peer(req.PrivateData()); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := s.prepost(c); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	return req.Accept(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(c), ResponderResources: 16, InitiatorDepth: 16})
+}
+
+// serveMany is the passive side of a bandwidth test over several QPs.
+func serveMany(ctx context.Context, ss []*side, c *Config) error {
+	wc := make([]verbs.WC, 64)
+	if c.Test == "send_bw" {
+		for got := 0; got < c.Iters*len(ss); {
+			progressed := false
+			for _, s := range ss {
+				n, err := s.id.RecvCQ.Poll(wc)
+				if err != nil {
+					return err
+				}
+				for _, w := range wc[:n] {
+					if err := w.Err(); err != nil {
+						return err
+					}
+				}
+				got += n
+				progressed = progressed || n > 0
+			}
+			if !progressed && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	// Keep every connection progressing (polled mode) until the client
+	// has left them all.
+	for i := 0; ; i++ {
+		for _, s := range ss {
+			s.id.RecvCQ.Poll(wc)
+		}
+		if i&0x3ff != 0 {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		left := 0
+		for _, s := range ss {
+			select {
+			case <-s.id.Done():
+				left++
+			default:
+			}
+		}
+		if left == len(ss) {
+			return nil
+		}
+	}
+}
+
+// Run connects to the server at addr (Config.QPs connections), measures
+// and returns the result.
 func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	if err := c.Check(); err != nil {
 		return Result{}, err
 	}
-	id, err := rdmacm.CreateID(addr)
-	if err != nil {
-		return Result{}, err
+	var ss []*side
+	defer func() {
+		for _, s := range ss {
+			s.close()
+		}
+	}()
+	for range c.QPs {
+		id, err := rdmacm.CreateID(addr)
+		if err != nil {
+			return Result{}, err
+		}
+		s := &side{id: id}
+		ss = append(ss, s)
+		if err := id.CreateQP(nil, *qpAttr(&c)); err != nil {
+			return Result{}, err
+		}
+		if err := s.register(&c); err != nil {
+			return Result{}, err
+		}
+		if err := s.prepost(&c); err != nil {
+			return Result{}, err
+		}
+		err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
+			Extensions: c.Test == "atomic_lat"})
+		if err != nil {
+			return Result{}, err
+		}
+		if err := s.peer(id.PrivateData()); err != nil {
+			return Result{}, err
+		}
 	}
-	s := &side{id: id}
-	defer s.close()
-	if err := id.CreateQP(nil, *qpAttr(&c)); err != nil {
-		return Result{}, err
+	var r Result
+	var err error
+	if c.lat() {
+		r, err = ss[0].run(ctx, &c)
+	} else {
+		ks := make([]*bwQP, len(ss))
+		for i, s := range ss {
+			ks[i] = s.bwQP(&c)
+		}
+		r, err = bandwidth(ctx, &c, ks, Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters})
 	}
-	if err := s.register(&c); err != nil {
-		return Result{}, err
-	}
-	if err := s.prepost(&c); err != nil {
-		return Result{}, err
-	}
-	err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
-		Extensions: c.Test == "atomic_lat"})
-	if err != nil {
-		return Result{}, err
-	}
-	if err := s.peer(id.PrivateData()); err != nil {
-		return Result{}, err
-	}
-	r, err := s.run(ctx, &c)
 	if err == nil {
-		id.Disconnect()
+		for _, s := range ss {
+			s.id.Disconnect()
+		}
 	}
 	return r, err
 }
@@ -239,6 +367,29 @@ func Loopback(ctx context.Context, addr string, c Config) (Result, error) {
 		dial = "unix:" + dial
 	}
 	r, err := Run(ctx, dial, c)
+	serr := <-served
+	if err == nil {
+		err = serr
+	}
+	return r, err
+}
+
+// LoopbackPerftest runs a perftest-protocol server and client (-R) in this
+// process over addr (host:port).
+func LoopbackPerftest(ctx context.Context, addr string, c Config) (Result, error) {
+	if err := c.checkPerftest(); err != nil {
+		return Result{}, err
+	}
+	ln, err := rdmacm.Listen(addr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ln.Close()
+	sc := c
+	sc.Progress = nil
+	served := make(chan error, 1)
+	go func() { served <- ServePerftest(ctx, ln, sc) }()
+	r, err := RunPerftest(ctx, ln.LocalAddr().String(), c)
 	serr := <-served
 	if err == nil {
 		err = serr
@@ -431,10 +582,25 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 		summarize(&res, d)
 		return res, nil
 	}
-	return s.bandwidth(ctx, c, res)
+	return bandwidth(ctx, c, []*bwQP{s.bwQP(c)}, res)
 }
 
-func (s *side) bandwidth(ctx context.Context, c *Config, res Result) (Result, error) {
+// bwQP is one QP of a bandwidth run.
+type bwQP struct {
+	qp    *verbs.QP
+	scq   *verbs.CQ
+	wr    []verbs.SendWR
+	depth int // when non-zero, a bound below Config.TxDepth (the ORD of reads)
+	// credit, when set, is perftest's receiver-credit word, which the
+	// receiver RDMA-WRITEs with its receive count: at most rxDepth sends
+	// may be ahead of it.
+	credit  []byte
+	rxDepth int
+
+	posted, done int
+}
+
+func (s *side) bwQP(c *Config) *bwQP {
 	op := verbs.WRRDMAWrite
 	switch c.Test {
 	case "send_bw":
@@ -442,56 +608,88 @@ func (s *side) bandwidth(ctx context.Context, c *Config, res Result) (Result, er
 	case "read_bw":
 		op = verbs.WRRDMARead
 	}
-	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
-	depth := c.TxDepth
+	k := &bwQP{qp: s.id.QP, scq: s.id.SendCQ,
+		wr: []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}}
 	if op == verbs.WRRDMARead {
-		depth = min(depth, 16) // the ORD negotiated
+		k.depth = 16 // the ORD negotiated
 	}
+	return k
+}
+
+// bandwidth keeps up to the send queue depth of work requests in flight on
+// every QP, round-robin from this goroutine, and counts the bytes of the
+// completions.
+func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, error) {
 	wc := make([]verbs.WC, 64)
-	iters := c.Iters
-	deadline := time.Time{}
-	if c.Duration > 0 && op != verbs.WRSend {
-		iters = math.MaxInt
-		deadline = time.Now().Add(c.Duration)
-	}
+	timed := c.Duration > 0 && ks[0].wr[0].Opcode != verbs.WRSend
+	deadline := time.Now().Add(c.Duration)
+	stop := false
+	mayPost := func(k *bwQP) bool { return !stop && (timed || k.posted < c.Iters) }
 	// completions per twentieth of the run, for the peak
 	var marks []time.Duration
-	step := max(c.Iters/20, 1)
+	step := max(c.Iters*len(ks)/20, 1)
 	start := time.Now()
-	posted, done := 0, 0
-	for done < iters {
-		for posted-done < depth && posted < iters {
-			if err := s.id.QP.PostSend(wr); err != nil {
+	last := start
+	total := 0
+	for i := 0; ; i++ {
+		busy := false
+		for _, k := range ks {
+			depth := c.TxDepth
+			if k.depth > 0 {
+				depth = min(depth, k.depth)
+			}
+			for k.posted-k.done < depth && mayPost(k) {
+				if k.credit != nil && uint32(k.posted+1)-load32(k.credit) >= uint32(k.rxDepth) {
+					break
+				}
+				if err := k.qp.PostSend(k.wr); err != nil {
+					return res, err
+				}
+				k.posted++
+			}
+			n, err := k.scq.Poll(wc)
+			if err != nil {
 				return res, err
 			}
-			posted++
-		}
-		n, err := s.id.SendCQ.Poll(wc)
-		if err != nil {
-			return res, err
-		}
-		for _, w := range wc[:n] {
-			if err := w.Err(); err != nil {
-				return res, err
+			for _, w := range wc[:n] {
+				if err := w.Err(); err != nil {
+					return res, err
+				}
 			}
-		}
-		for k := done + 1; k <= done+n; k++ {
-			if k%step == 0 {
-				marks = append(marks, time.Since(start))
+			for j := total + 1; j <= total+n; j++ {
+				if j%step == 0 {
+					marks = append(marks, time.Since(start))
+				}
 			}
+			k.done += n
+			total += n
+			busy = busy || mayPost(k) || k.done < k.posted
 		}
-		done += n
-		if !deadline.IsZero() && time.Now().After(deadline) && iters == math.MaxInt {
-			iters = posted
+		if !busy {
+			break
 		}
-		if n == 0 && ctx.Err() != nil {
-			return res, ctx.Err()
+		if i&0xff == 0 {
+			now := time.Now()
+			if timed && now.After(deadline) {
+				stop = true
+			}
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			if c.Progress != nil && now.Sub(last) >= 200*time.Millisecond {
+				last = now
+				p := Progress{Test: c.Test, Done: total, Elapsed: now.Sub(start), Bytes: int64(total) * int64(c.Size)}
+				if !timed {
+					p.Total = c.Iters * len(ks)
+				}
+				c.Progress(p)
+			}
 		}
 	}
 	el := time.Since(start)
-	res.Iters = done
-	res.AvgMBs = float64(done) * float64(c.Size) / el.Seconds() / 1e6
-	res.MsgRate = float64(done) / el.Seconds() / 1e6
+	res.Iters = total
+	res.AvgMBs = float64(total) * float64(c.Size) / el.Seconds() / 1e6
+	res.MsgRate = float64(total) / el.Seconds() / 1e6
 	res.PeakMBs = res.AvgMBs
 	// The peak is the best window of at least a twentieth of the run and at
 	// least 5 ms: shorter windows measure how fast the socket buffers fill.

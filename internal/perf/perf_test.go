@@ -21,7 +21,7 @@ func TestLoopback(t *testing.T) {
 
 func testLoopback(t *testing.T, dev string) {
 	for _, test := range Tests {
-		if test == "write_lat" && raceEnabled {
+		if racesByDesign(test, false) {
 			t.Log("write_lat is measured in the run without -race (see race_test.go)")
 			continue
 		}
@@ -57,5 +57,83 @@ func TestCheck(t *testing.T) {
 		if err := c.Check(); err == nil {
 			t.Errorf("%+v: no error", c)
 		}
+	}
+}
+
+// racesByDesign: tests that poll memory the transport writes (see
+// race_test.go).
+func racesByDesign(test string, perftest bool) bool {
+	return raceEnabled && (test == "write_lat" || perftest && test == "send_bw")
+}
+
+// perftest's protocol (-R) between a goverbs server and a goverbs client.
+func TestPerftestLoopback(t *testing.T) {
+	leakcheck.Check(t)
+	for _, test := range Tests {
+		if test == "atomic_lat" {
+			continue
+		}
+		if racesByDesign(test, true) {
+			t.Logf("%s -R is measured in the run without -race (see race_test.go)", test)
+			continue
+		}
+		for _, qps := range []int{1, 2} {
+			if qps > 1 && (&Config{Test: test}).lat() {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/q=%d", test, qps), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				r, err := LoopbackPerftest(ctx, "127.0.0.1:0", Config{Test: test, Size: 4096, Iters: 300, TxDepth: 16, QPs: qps})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (&Config{Test: test}).lat() {
+					if !(r.Min > 0 && r.Min <= r.Typical && r.Typical <= r.Max) {
+						t.Fatalf("latency figures out of order: %+v", r)
+					}
+				} else if r.Iters != 300*qps || r.AvgMBs <= 0 {
+					t.Fatalf("bandwidth figures: %+v", r)
+				}
+			})
+		}
+	}
+}
+
+// Bandwidth tests over several QPs (-q).
+func TestLoopbackQPs(t *testing.T) {
+	leakcheck.Check(t)
+	for _, test := range []string{"send_bw", "write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var seen []Progress
+			r, err := Loopback(ctx, "127.0.0.1:0", Config{Test: test, Size: 4096, Iters: 500, TxDepth: 16, QPs: 3,
+				Progress: func(p Progress) { seen = append(seen, p) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Iters != 1500 || r.AvgMBs <= 0 {
+				t.Fatalf("%+v", r)
+			}
+			for _, p := range seen {
+				if p.Done > p.Total || p.Test != test {
+					t.Fatalf("progress %+v", p)
+				}
+			}
+		})
+	}
+}
+
+// The perftest handshake structure has perftest's layout.
+func TestPTDest(t *testing.T) {
+	d := ptDest{LID: 1, OutReads: 2, QPN: 3, PSN: 4, RKey: 5, VAddr: 0x0102030405060708, SRQN: 7, GIDIndex: 8}
+	d.GID[0], d.GID[15] = 0xfe, 0x01
+	b := d.encode()
+	if len(b) != 56 || b[3] != 1 || b[19] != 5 || b[24] != 1 || b[31] != 8 || b[32] != 0xfe || b[47] != 1 || b[51] != 7 || b[55] != 8 {
+		t.Fatalf("layout % x", b)
+	}
+	if e, err := decodePTDest(b); err != nil || e != d {
+		t.Fatalf("%+v %v", e, err)
 	}
 }

@@ -109,6 +109,7 @@ type conn struct {
 	nb         net.Buffers
 	txCRC      wire.CRC
 	rxSeen     atomic.Bool // the responder may transmit only after the first FPDU arrived
+	hold       *time.Timer // ends the responder's wait for a silent initiator (see start)
 
 	// the ORQ: reads and atomics we issued
 	orqMu sync.Mutex
@@ -197,6 +198,19 @@ func (c *conn) start() error {
 	c.scq.AddPoller(c)
 	if c.rcq != c.scq {
 		c.rcq.AddPoller(c)
+	}
+	if !c.rxSeen.Load() {
+		// MPA's start-up rule makes the responder wait for the initiator's
+		// first FPDU; siw needs it only until it has read the MPA Reply (it
+		// fails if FPDUs follow the Reply in the same read). Some
+		// applications have the responder speak first on a connection set up
+		// long before (perftest's write_lat server writes first): after
+		// nudgeDelay the responder may transmit anyway, as siw itself does.
+		c.hold = time.AfterFunc(nudgeDelay, func() {
+			if !c.rxSeen.Swap(true) {
+				c.progressLater()
+			}
+		})
 	}
 	go c.rxLoop()
 	go c.txLoop()
@@ -292,6 +306,9 @@ func (c *conn) txLoop() {
 				c.nudge.Stop()
 			}
 			c.txMu.Unlock()
+			if c.hold != nil {
+				c.hold.Stop()
+			}
 			c.nc.Close()
 			<-c.rxDone
 			c.scq.RemovePoller(c)

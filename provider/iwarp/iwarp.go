@@ -39,6 +39,19 @@
 // aside until the application blocks (CQ.Wait, ReqNotify) or stops polling
 // for 10 ms. Both share one resumable receive state machine, under a lock.
 //
+// # Start-up
+//
+// MPA lets the responder transmit only after the initiator's first FPDU
+// (siw as initiator fails a connection whose MPA Reply is followed by FPDUs
+// in the same read). A goverbs responder holds its send queue until that
+// FPDU, or for 200 ms when the initiator stays silent: some applications
+// have the responder speak first (perftest's write_lat server writes
+// first), and siw's responder does not wait at all. Conversely, siw has a
+// start-up race as responder (an FPDU that arrives before its receive
+// upcall is installed waits for the next TCP event), so a goverbs initiator
+// that has sent but received nothing for 200 ms from a non-goverbs peer
+// sends one zero-length RDMA Write to wake it.
+//
 // # Errors
 //
 // A protocol or access error sends a Terminate with the layer, error type

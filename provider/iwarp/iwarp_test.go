@@ -134,3 +134,28 @@ func TestExtensionsOnlyWhenOffered(t *testing.T) {
 	a.MustPostSend(t, a.Send(6, 0, 8))
 	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 5, verbs.WCSuccess, verbs.WCRecv)
 }
+
+// A responder whose initiator stays silent keeps MPA's start-up rule for a
+// while (nothing goes out before the initiator's first FPDU could have come)
+// and then transmits anyway: perftest's write_lat server writes first.
+func TestResponderSpeaksFirst(t *testing.T) {
+	leakcheck.Check(t)
+	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4}, cm.Params{IRD: 4, ORD: 4})
+	a.MustPostRecv(t, a.Recv(1, 0, 64))
+	conformance.Fill(b.Buf[:64], 3)
+	t0 := time.Now()
+	b.MustPostSend(t, b.Send(2, 0, 64))
+	time.Sleep(20 * time.Millisecond)
+	if time.Since(t0) < 100*time.Millisecond {
+		conformance.ExpectEmpty(t, b.SendCQ)
+		conformance.ExpectEmpty(t, a.RecvCQ)
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.SendCQ), 2, verbs.WCSuccess, verbs.WCSend)
+	wc := conformance.Poll1(t, a.RecvCQ)
+	conformance.ExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != 64 || !bytes.Equal(a.Buf[:64], b.Buf[:64]) {
+		t.Fatalf("received %d bytes, equal %v", wc.ByteLen, bytes.Equal(a.Buf[:64], b.Buf[:64]))
+	}
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# goverbs against its peers on this machine, in one run, with same-run ratios:
+#
+#   latency (one-way, mean): goverbs perf send_lat  vs  libfabric fi_pingpong
+#       (tcp msg, shm rdm) and UCX ucx_perftest tag_lat (tcp, posix shared memory)
+#   bandwidth (streaming):   goverbs perf write_bw  vs  UCX ucx_perftest tag_bw
+#       (tcp, posix) and raw loopback TCP (iperf3 -l SIZE)
+#
+# at 8 B, 4 KiB, 64 KiB and 1 MiB. The machine's speed drifts from minute to
+# minute (../shared/bench/README.md), so the measurements are interleaved:
+# each round measures every tool at every size, ROUNDS times, and the table
+# gives the median of each cell and goverbs/peer ratios of those medians.
+# It also draws latency and bandwidth against message size (bench/plot, a
+# module of its own so that the main go.mod stays lean).
+#
+#   bench/compare.sh                 (ROUNDS=3: about four minutes)
+#   ROUNDS=5 OUT=/tmp/b bench/compare.sh
+#
+# Needs Debian's libfabric-bin, ucx-utils and iperf3 (installed with apt-get
+# when missing; root or sudo) and Go. Method and commands follow
+# ../shared/bench (REPORT.md): loopback only (FI_*_IFACE=lo, UCX_NET_DEVICES=lo);
+# libfabric's fi_pingpong is the only libfabric test Debian 12 ships (no
+# fabtests: no fi_rma_bw), so libfabric appears in the latency table only.
+# Units: µs; MB/s = 10^6 bytes/s (UCX's MiB/s are converted). goverbs runs
+# both ends in one process over a real loopback TCP connection, the peers run
+# a server and a client process.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+ROUNDS=${ROUNDS:-3}
+SIZES=${SIZES:-"8 4096 65536 1048576"}
+OUT=${OUT:-$(mktemp -d /tmp/goverbs-bench.XXXXXX)}
+mkdir -p "$OUT"
+# The goverbs devices measured. provider/shm does not exist yet: when it lands,
+# add its device here (GOVERBS_DEVS="iwarp0 shm0", i.e. goverbs perf -d shm0)
+# and its rows sit next to libfabric shm and UCX posix.
+GOVERBS_DEVS=${GOVERBS_DEVS:-iwarp0}
+
+need=""
+command -v fi_pingpong >/dev/null || need="$need libfabric-bin"
+command -v ucx_perftest >/dev/null || need="$need ucx-utils"
+command -v iperf3 >/dev/null || need="$need iperf3"
+if [ -n "$need" ]; then
+	SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+	echo "installing$need"
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $need >/dev/null || { echo "apt-get install$need failed"; exit 1; }
+fi
+go build -o "$OUT/goverbs" ./cmd/goverbs || exit 1
+(cd bench/plot && go build -o "$OUT/plot" .) || exit 1
+
+export FI_TCP_IFACE=lo
+RES=$OUT/raw.tsv   # round  metric  size  tool  value
+: > "$RES"
+rec() { [ -n "$5" ] && printf '%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
+
+# pair SERVER-CMD CLIENT-CMD: run a server in the background, then the client;
+# prints the client's output.
+pair() {
+	timeout 60 bash -c "$1" >/dev/null 2>&1 &
+	local spid=$!
+	sleep 0.6
+	timeout 60 bash -c "$2" 2>&1
+	sleep 0.2; kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+}
+lat_iters() { case $1 in 8|4096) echo 20000 ;; 65536) echo 5000 ;; *) echo 500 ;; esac; }
+bw_iters() { case $1 in 8) echo 200000 ;; 4096) echo 100000 ;; 65536) echo 20000 ;; *) echo 2000 ;; esac; }
+jsonval() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" | tail -1; }
+
+fi_lat() { # provider endpoint size iters
+	local dom="-d lo"; [ "$1" = shm ] && dom=""
+	pair "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -B 47610" "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -P 47610 127.0.0.1" |
+		awk 'NF==8 && $5 ~ /s$/ {v=$7} END{print v}'
+}
+ucx() { # TLS test size iters -> "lat_us bw_MBps"
+	local env="UCX_TLS=$1"; [ "$1" = tcp ] && env="$env UCX_NET_DEVICES=lo"
+	pair "$env ucx_perftest -t $2 -s $3 -n $4 -w 100 -p 13377 -f" "$env ucx_perftest 127.0.0.1 -t $2 -s $3 -n $4 -w 100 -p 13377 -f" |
+		awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$4; b=$6*1.048576} END{if (l!="") print l, b}'
+}
+iperf() { # size
+	pair "iperf3 -s -1 -B 127.0.0.1 -p 5299" "iperf3 -c 127.0.0.1 -p 5299 -t 3 -O 1 -J -l $1" |
+		python3 -c 'import json,sys; d=sys.stdin.read(); print(json.loads(d[d.index("{"):])["end"]["sum_received"]["bits_per_second"]/8e6)' 2>/dev/null
+}
+
+start=$(date +%s)
+for r in $(seq "$ROUNDS"); do
+	echo "== round $r of $ROUNDS ($(( $(date +%s) - start )) s)"
+	for S in $SIZES; do
+		L=$(lat_iters "$S"); B=$(bw_iters "$S")
+		for dev in $GOVERBS_DEVS; do
+			rec "$r" lat "$S" "goverbs $dev" "$("$OUT/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -json | jsonval t_avg_us)"
+		done
+		rec "$r" lat "$S" "libfabric tcp" "$(fi_lat tcp msg "$S" "$L")"
+		rec "$r" lat "$S" "libfabric shm" "$(fi_lat shm rdm "$S" "$((L * 2))")"
+		rec "$r" lat "$S" "UCX tcp" "$(ucx tcp tag_lat "$S" "$L" | cut -d' ' -f1)"
+		rec "$r" lat "$S" "UCX posix" "$(ucx posix,self tag_lat "$S" "$((L * 2))" | cut -d' ' -f1)"
+		for dev in $GOVERBS_DEVS; do
+			rec "$r" bw "$S" "goverbs $dev" "$("$OUT/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
+		done
+		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f2)"
+		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f2)"
+		rec "$r" bw "$S" "TCP (iperf3)" "$(iperf "$S")"
+	done
+done
+
+# medians per cell
+awk -F'\t' '{k=$2"\t"$3"\t"$4; v[k]=v[k]" "$5} END{for (k in v) {n=split(v[k],a," "); for(i=1;i<=n;i++)for(j=i+1;j<=n;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t}; m=(n%2)?a[(n+1)/2]:(a[n/2]+a[n/2+1])/2; print k"\t"m"\t"n}}' "$RES" |
+	sort -t$'\t' -k1,1 -k2,2n -k3,3 > "$OUT/median.tsv"
+
+table() { # metric title unit better
+	echo
+	echo "$2 [$3], median of $ROUNDS rounds; ratio = goverbs / peer ($4)"
+	awk -F'\t' -v m="$1" -v devs="$GOVERBS_DEVS" '
+		$1==m {v[$2"\t"$3]=$4; if (!($3 in seen)) {seen[$3]=1; tools[++nt]=$3}; if (!($2 in ss)) {ss[$2]=1; sizes[++ns]=$2}}
+		END {
+			nd=split(devs, d, " ")
+			printf "%-26s", "tool"; for (i=1;i<=ns;i++) printf "%12s", sizes[i] " B"; printf "\n"
+			for (t=1;t<=nt;t++) {
+				printf "%-26s", tools[t]
+				for (i=1;i<=ns;i++) { x=v[sizes[i]"\t"tools[t]]; if (x=="") printf "%12s", "-"; else printf "%12.2f", x }
+				printf "\n"
+			}
+			for (k=1;k<=nd;k++) for (t=1;t<=nt;t++) {
+				if (tools[t] ~ /^goverbs/) continue
+				printf "%-26s", "  " d[k] "/" tools[t]
+				for (i=1;i<=ns;i++) { g=v[sizes[i]"\tgoverbs " d[k]]; p=v[sizes[i]"\t"tools[t]]; if (g==""||p==""||p==0) printf "%12s", "-"; else printf "%12.2f", g/p }
+				printf "\n"
+			}
+		}' "$OUT/median.tsv"
+}
+{
+	echo "goverbs vs peers, $(date -u +%FT%TZ), $(nproc) CPUs, $ROUNDS interleaved rounds"
+	table lat "one-way latency (mean)" "us" "above 1: goverbs slower"
+	table bw "streaming bandwidth" "MB/s" "below 1: goverbs slower"
+} | tee "$OUT/table.txt"
+"$OUT/plot" -in "$OUT/median.tsv" -out "$OUT/compare.png" -title "goverbs vs peers, loopback, $(nproc) CPUs" && echo "plot: $OUT/compare.png"
+echo "raw: $RES; medians: $OUT/median.tsv; table: $OUT/table.txt; $(( $(date +%s) - start )) s"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# goverbs perf -R against perftest (ib_send_bw, ib_write_bw, ib_read_bw,
+# ib_send_lat, ib_write_lat, ib_read_lat with -R) on the Linux SoftiWARP
+# driver (siw), in the VM of ../shared/vmlab (root needed; see its README).
+#
+#   interop/perftest.sh             every test, both roles, at each of $SIZES
+#   TESTS="send_bw read_lat" SIZES=4096 interop/perftest.sh
+#   QPS=2 TESTS="send_bw write_bw read_bw" interop/perftest.sh   bandwidth over 2 QPs (-q)
+#   KEEP=1 interop/perftest.sh      leave the VM running afterwards
+#
+# goverbs runs on the host inside the lab's network namespace (10.77.0.1),
+# perftest in the guest (10.77.0.2, device siw0). Each case runs in both
+# roles: the goverbs client against a perftest server, and the perftest
+# client against a goverbs server. A case passes when both ends exit 0 and
+# the client printed its result line. One line per case, then a summary and
+# the time taken; the exit status is non-zero if any case failed.
+# atomic_lat is not in the matrix: siw has no atomics (atomic_cap 0), so
+# ib_atomic_lat cannot run on it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+BIN=${BIN:-/tmp/goverbs-interop}
+TESTS=${TESTS:-"send_bw write_bw read_bw send_lat write_lat read_lat"}
+SIZES=${SIZES:-"8 65536"}
+QPS=${QPS:-1}
+PORT=18515
+export PATH="/usr/local/go/bin:$PATH"
+mkdir -p "$BIN"
+go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
+
+start=$(date +%s)
+TIMEOUT=20 "$LAB" exec true >/dev/null 2>&1 || { "$LAB" build >/dev/null 2>&1 && "$LAB" start >/dev/null 2>&1; } || exit 1
+
+pass=0; fail=0
+LOGS=${LOGS:-/tmp/goverbs-interop/logs}
+mkdir -p "$LOGS"
+result() { # name rc
+	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else
+		echo "FAIL $1"; fail=$((fail+1))
+		n=$(echo "$1" | tr -c 'A-Za-z0-9' _)
+		{ echo "== host side"; cat /tmp/pt-host.log; echo "== guest side"; "$LAB" exec 'cat /tmp/pt-peer.log' 2>&1; } > "$LOGS/$n.log" 2>&1
+		echo "     (details in $LOGS/$n.log)"
+	fi
+}
+iters() { case $1 in *_lat) echo 1000 ;; *) echo 2000 ;; esac; }
+qflag() { case $1 in *_bw) echo "-q $QPS" ;; esac; }
+
+for S in $SIZES; do
+	for T in $TESTS; do
+		N="$(iters "$T") $(qflag "$T")"
+		N=${N% }
+		# goverbs client -> perftest server (siw)
+		"$LAB" exec "pkill -x ib_$T; sleep 0.2; rm -f /tmp/pt-peer.log; (timeout 60 ib_$T -R -d siw0 -s $S -n $N > /tmp/pt-peer.log 2>&1; echo rc=\$? >> /tmp/pt-peer.log) &" >/dev/null
+		"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
+		"$LAB" host "timeout 60 $BIN/goverbs perf $T -R -s $S -n $N 10.77.0.2" >/tmp/pt-host.log 2>&1
+		rc=$?
+		grep -Eq "^ +$S +[0-9]+ " /tmp/pt-host.log || rc=1
+		"$LAB" exec 'for i in $(seq 100); do grep -q "^rc=" /tmp/pt-peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/pt-peer.log' | grep -q '^rc=0' || rc=1
+		result "goverbs perf $T -R  ->  ib_$T -R (siw)   -s $S -n $N" $rc
+
+		# perftest client (siw) -> goverbs server
+		rm -f /tmp/pt-srv.log
+		"$LAB" host "(timeout 60 $BIN/goverbs perf $T -R -server -s $S -n $N > /tmp/pt-srv.log 2>&1; echo rc=\$? >> /tmp/pt-srv.log) &" >/dev/null
+		"$LAB" host "for i in \$(seq 100); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.05; done; exit 1" >/dev/null
+		"$LAB" exec "rm -f /tmp/pt-peer.log; timeout 60 ib_$T -R -d siw0 -s $S -n $N 10.77.0.1 > /tmp/pt-peer.log 2>&1; echo rc=\$? >> /tmp/pt-peer.log; cat /tmp/pt-peer.log" >/tmp/pt-host.log 2>&1
+		rc=0
+		grep -q '^rc=0' /tmp/pt-host.log || rc=1
+		grep -Eq "^ +$S +[0-9]+ " /tmp/pt-host.log || rc=1
+		for i in $(seq 100); do grep -q '^rc=' /tmp/pt-srv.log 2>/dev/null && break; sleep 0.1; done
+		grep -q '^rc=0' /tmp/pt-srv.log || rc=1
+		cat /tmp/pt-srv.log >> /tmp/pt-host.log
+		result "ib_$T -R (siw)  ->  goverbs perf $T -R -server   -s $S -n $N" $rc
+	done
+done
+
+[ "${KEEP:-0}" = 1 ] || "$LAB" stop >/dev/null 2>&1
+echo "perftest -R interop with siw: $pass passed, $fail failed, $(( $(date +%s) - start )) s"
+[ "$fail" = 0 ]
