@@ -531,7 +531,10 @@ func TestDeadPeerBlackHole(t *testing.T) {
 	conformance.ExpectWC(t, wcs[1], 3, verbs.WCWRFlushErr, verbs.WCRDMARead)
 	conformance.WaitState(t, a.QP, verbs.QPSErr)
 	waitDone(t, ca)
-	if err := ca.Err(); !errors.Is(err, syscall.ETIMEDOUT) {
+	// The kernel reports the timeout (ETIMEDOUT) once, to whichever call
+	// touches the socket first; when that is the blocked write, the reader
+	// then sees end-of-file.
+	if err := ca.Err(); !errors.Is(err, syscall.ETIMEDOUT) && !errors.Is(err, iwarp.ErrDisconnected) {
 		t.Errorf("connection error %v, want ETIMEDOUT (TCP_USER_TIMEOUT)", err)
 	}
 	t.Logf("detected after %v: %v", time.Since(start).Round(time.Millisecond), ca.Err())
