@@ -3,7 +3,6 @@ package shm
 import (
 	"errors"
 	"io"
-	"math"
 	"net"
 	"os"
 	"sync"
@@ -58,12 +57,9 @@ type conn struct {
 	// Requests waiting for the peer (sqMu).
 	ackMu sync.Mutex // held while completing
 	sqMu  sync.Mutex
-	acks  pendQ // done when the peer's head passes them
+	acks  ackRing // done when the peer's head passes them
 	resps pendQ // done when their response arrives
 	nout  atomic.Int32
-	// ackEnd is where the oldest request of acks ends (MaxUint64: none):
-	// below it, polls need not look at acks.
-	ackEnd atomic.Uint64
 	done1  []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
@@ -100,7 +96,8 @@ func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32
 		maps: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
 		offers: map[uint32]*export{},
 		dying:  make(chan struct{}), done: make(chan struct{})}
-	c.ackEnd.Store(math.MaxUint64)
+	_, init, _ := q.Query()
+	c.acks = newAckRing(init.Cap.MaxSendWR)
 	l := mine.l
 	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
 	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)
@@ -355,7 +352,7 @@ func (c *conn) progress() {
 		poke = c.consume()
 		c.consMu.Unlock()
 	}
-	if c.nout.Load() > 0 && (atomic.LoadUint64(c.reqOut.c.head) >= c.ackEnd.Load() || c.peerStopped()) {
+	if c.nout.Load() > 0 && (c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped()) {
 		c.checkAcks()
 	}
 	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"math"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -57,7 +56,12 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	if !c.enter() {
 		return engine.Fail(verbs.WCWRFlushErr)
 	}
-	defer c.leave()
+	r := c.transmit(q, w)
+	c.leave()
+	return r
+}
+
+func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	resume := c.tx.busy && c.tx.seq == w.Seq()
 	if c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0 {
 		// The peer consumes nothing more. The requests before this one
@@ -258,7 +262,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		putRec(b, &h)
 		c.reqOut.commit(recHdr)
 		c.nRef.Add(1)
-		c.addPend(&c.acks, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+		c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
 		if c.reqOut.publish() {
 			c.poke()
 		}
@@ -293,7 +297,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	c.tx.busy = false
 	c.nRing.Add(1)
-	c.addPend(&c.acks, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+	c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
 	if c.reqOut.publish() {
 		c.poke()
 	}
@@ -337,16 +341,56 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	return engine.ResultPending
 }
 
-// addPend records a request the peer must finish; it runs before the
-// request is published. An application that is not polling is then poked
-// when the peer has consumed it.
+// ackRing holds the requests that complete when the peer's head passes
+// them: a single-producer (Transmit, which the engine runs one at a time)
+// single-consumer (checkAcks, under ackMu) ring, so that neither locks. It
+// never fills: each entry is a request in the send queue.
+type ackRing struct {
+	buf        []pend
+	ends       []atomic.Uint64 // buf[i].end, for due
+	mask       uint64
+	head, tail atomic.Uint64
+}
+
+func newAckRing(maxWR int) ackRing {
+	n := 1
+	for n < maxWR+1 {
+		n <<= 1
+	}
+	return ackRing{buf: make([]pend, n), ends: make([]atomic.Uint64, n), mask: uint64(n - 1)}
+}
+
+func (r *ackRing) push(e pend) {
+	t := r.tail.Load()
+	r.buf[t&r.mask] = e
+	r.ends[t&r.mask].Store(e.end)
+	r.tail.Store(t + 1)
+}
+
+// due reports, from any goroutine, whether the oldest entry is done by a
+// peer head of h. It is a hint (the entry may be replaced meanwhile):
+// checkAcks decides.
+func (r *ackRing) due(h uint64) bool {
+	hd := r.head.Load()
+	return hd != r.tail.Load() && h >= r.ends[hd&r.mask].Load()
+}
+
+// addAck records a request that completes when the peer has consumed it;
+// it runs before the request is published. An application that is not
+// polling is then poked when the peer has consumed it.
+func (c *conn) addAck(e pend) {
+	c.acks.push(e)
+	c.nout.Add(1)
+	if !c.polled.Load() {
+		atomic.StoreUint32(c.reqOut.c.wait, 1)
+	}
+}
+
+// addPend records a request that completes with its response.
 func (c *conn) addPend(q *pendQ, e pend) {
 	c.sqMu.Lock()
 	q.push(e)
 	c.nout.Add(1)
-	if q == &c.acks && q.len() == 1 {
-		c.ackEnd.Store(e.end)
-	}
 	c.sqMu.Unlock()
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
@@ -371,8 +415,8 @@ func (c *conn) checkAcks() {
 	c.sqMu.Lock()
 	ds := c.done1[:0]
 	hit := func(e *pend) bool { return nakPos != 0 && e.start <= nakPos-1 && nakPos-1 < e.end }
-	for c.acks.len() > 0 {
-		e := c.acks.front()
+	for h, t := c.acks.head.Load(), c.acks.tail.Load(); h != t; h++ {
+		e := &c.acks.buf[h&c.acks.mask]
 		switch {
 		case hit(e):
 			ds = append(ds, done{e.w, e.seq, nakSt})
@@ -383,15 +427,10 @@ func (c *conn) checkAcks() {
 		default:
 			goto resps
 		}
-		c.acks.pop()
+		c.acks.head.Store(h + 1)
 		c.nout.Add(-1)
 	}
 resps:
-	if c.acks.len() > 0 {
-		c.ackEnd.Store(c.acks.front().end)
-	} else {
-		c.ackEnd.Store(math.MaxUint64)
-	}
 	for c.resps.len() > 0 {
 		e := c.resps.front()
 		switch {
