@@ -58,9 +58,9 @@ type conn struct {
 	ackMu sync.Mutex // held while completing
 	sqMu  sync.Mutex
 	acks  ackRing // done when the peer's head passes them
-	resps pendQ // done when their response arrives
+	resps pendQ   // done when their response arrives
 	nout  atomic.Int32
-	done1  []done // scratch for completions, used under sqMu
+	done1 []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
 	// sources of its SENDs (the consumer's); replaced ones stay mapped until
