@@ -31,3 +31,9 @@ func compareSwap(p *uint64, cmp, swap uint64) uint64 {
 		}
 	}
 }
+
+// storeBytes stores the 8 bytes of v at p with one atomic store, so that the
+// memory holds exactly those bytes whatever the host's byte order.
+func storeBytes(p *uint64, v [8]byte) {
+	atomic.StoreUint64(p, *(*uint64)(unsafe.Pointer(&v)))
+}
