@@ -164,6 +164,20 @@ func (c *Conn) start() {
 	}()
 }
 
+// readyToReceive sends, from the active side, a zero-length RDMA Write
+// (STag 1, offset 0: the form of RFC 6581's Write RTR, which iWARP
+// receivers accept without a check). An MPA responder may transmit only
+// after the initiator's first message, and in librpma's model the passive
+// side may well be the first to act (the server reads the client's memory
+// at once, as in example 03); this message lets it. It completes at once
+// and, being unsignaled, produces no completion.
+func (c *Conn) readyToReceive() {
+	wr := [1]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, RKey: 1}}
+	if err := c.qp.PostSend(wr[:]); err != nil {
+		logAt(LogWarning, "ready-to-receive message", "err", err)
+	}
+}
+
 // NextEvent waits for the connection's next event (rpma_conn_next_event).
 // It returns ErrNoEvent, wrapping ctx's error, when ctx ends first, and
 // ErrInval for a nil connection.

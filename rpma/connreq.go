@@ -184,6 +184,9 @@ func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 	var rej *rdmacm.RejectedError
 	switch {
 	case err == nil:
+		if !r.passive {
+			c.readyToReceive()
+		}
 	case !r.passive && (errors.As(err, &rej) || errors.Is(err, rdmacm.ErrUnreachable)):
 		if rej != nil {
 			c.rejectPD = rej.PrivateData

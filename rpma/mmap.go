@@ -3,6 +3,8 @@ package rpma
 import (
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mapping is a file mapped into memory (MAP_SHARED): registered with
@@ -51,4 +53,22 @@ func (m *Mapping) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// Sync writes n bytes of the mapping at off back to the file (msync with
+// MS_SYNC on the pages that hold them): the local counterpart of a
+// persistent flush. It returns ErrInval for a range outside the mapping.
+func (m *Mapping) Sync(off, n int) error {
+	if err := checkRange("sync", off, n, uint64(len(m.b))); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	ps := os.Getpagesize()
+	start := off &^ (ps - 1)
+	if err := unix.Msync(m.b[start:off+n], unix.MS_SYNC); err != nil {
+		return provider("msync", err)
+	}
+	return nil
 }

@@ -133,3 +133,12 @@ func fixed64s(b []byte, n int) ([4]uint64, error) {
 	}
 	return f, nil
 }
+
+// Persist writes n bytes at off back to the mapped file (mem.persist of the
+// C examples); DRAM needs nothing.
+func (m *Mem) Persist(off, n int) error {
+	if m.m != nil {
+		return m.m.Sync(off, n)
+	}
+	return nil
+}
