@@ -248,3 +248,43 @@ func Main(name, usage string, server, client func(ctx context.Context, o *Opts, 
 	}
 	return 0
 }
+
+// IMDone is the message that ends a ping-pong (I_M_DONE).
+const IMDone = ^uint64(0)
+
+// WaitSendRecv waits on cq until it has seen the completion of a send
+// (unless sendDone) and of a receive into recvID, as librpma's
+// wait_and_process_completions does.
+func WaitSendRecv(ctx context.Context, cq *rpma.CQ, recvID uint64, sendDone bool) error {
+	recvDone := false
+	var wc [2]verbs.WC
+	for !sendDone || !recvDone {
+		if err := cq.Wait(ctx); err != nil {
+			return err
+		}
+		for {
+			n, err := cq.GetWC(wc[:])
+			if errors.Is(err, rpma.ErrNoCompletion) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:n] {
+				if w.Status != verbs.WCSuccess {
+					return fmt.Errorf("%v failed: %v", w.Opcode, w.Status)
+				}
+				switch w.Opcode {
+				case verbs.WCSend:
+					sendDone = true
+				case verbs.WCRecv:
+					if w.WRID != recvID || w.ByteLen != 8 {
+						return fmt.Errorf("unexpected receive completion (wr_id %#x, %d bytes)", w.WRID, w.ByteLen)
+					}
+					recvDone = true
+				}
+			}
+		}
+	}
+	return nil
+}
