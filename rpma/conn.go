@@ -90,8 +90,7 @@ type Conn struct {
 	srq      *SRQ
 	rejectPD []byte
 
-	raw   *verbs.MR // 8 bytes, the sink of read-after-write flushes
-	rawMu sync.Mutex
+	raw *verbs.MR // 8 bytes, the sink of read-after-write flushes
 
 	// native is 0 while unknown, 1 when FLUSH and ATOMIC_WRITE are native,
 	// -1 when they fall back to librpma's methods.
