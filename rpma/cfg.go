@@ -37,7 +37,9 @@ func (c *ConnCfg) orDefault() *ConnCfg {
 	return c
 }
 
-// SetTimeout sets the connection set-up timeout (rpma_conn_cfg_set_timeout).
+// SetTimeout sets the connection set-up timeout (rpma_conn_cfg_set_timeout):
+// how long an active ConnReq.Connect whose context has no deadline waits for
+// the server's answer (0: only the transport's own limit).
 // It returns ErrInval for a negative timeout.
 func (c *ConnCfg) SetTimeout(d time.Duration) error {
 	if d < 0 {

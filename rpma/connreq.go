@@ -154,7 +154,9 @@ func (r *ConnReq) PrivateData() []byte {
 // As in librpma, a connection the server rejects or that cannot reach the
 // server is still returned: its first event (Conn.NextEvent) is
 // ConnRejected or ConnUnreachable. The first event of a connection that is
-// made is ConnEstablished. Connect returns ErrInval for a used request or
+// made is ConnEstablished. On the active side, when ctx has no deadline,
+// the configuration's timeout bounds the wait for the server's answer.
+// Connect returns ErrInval for a used request or
 // private data too long, and ErrProvider for other failures.
 func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 	if r == nil || r.done {
@@ -169,7 +171,7 @@ func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 		r.delete()
 		return nil, err
 	}
-	if r.cfg.timeout > 0 {
+	if _, ok := ctx.Deadline(); !ok && !r.passive && r.cfg.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.timeout)
 		defer cancel()
