@@ -205,6 +205,8 @@ func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
 		<-c.done
 		return err
 	}
+	c.estabDone.Store(true)
+	close(c.estab)
 	return nil
 }
 

@@ -153,12 +153,18 @@ type conn struct {
 	dying  chan struct{}
 	done   chan struct{}
 	rxDone chan struct{}
+	// estab is closed once the QP is established: the receive side starts
+	// only then, so that a message arriving at once (the peer may send as
+	// soon as it has the MPA Reply) never meets a QP still in INIT.
+	estab     chan struct{}
+	estabDone atomic.Bool
 }
 
 func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
 	c := &conn{
 		q: q, nc: nc, crc: n.CRC, ext: ext, passive: passive, ird: n.IRD, ord: n.ORD, pdata: pdata,
 		txWake: make(chan struct{}, 1), dying: make(chan struct{}), done: make(chan struct{}), rxDone: make(chan struct{}),
+		estab: make(chan struct{}),
 	}
 	for i := range c.txMSN {
 		c.txMSN[i] = 1

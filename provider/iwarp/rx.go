@@ -137,6 +137,11 @@ const (
 // be readable and pumps.
 func (c *conn) rxLoop() {
 	defer close(c.rxDone)
+	select {
+	case <-c.estab:
+	case <-c.dying:
+		return
+	}
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
 		if c.polling() {
@@ -172,6 +177,9 @@ func (c *conn) rxLoop() {
 // PollProgress implements engine.Poller: polled mode's non-blocking pump,
 // called by CQ.Poll on the application's goroutine.
 func (c *conn) PollProgress() {
+	if !c.estabDone.Load() {
+		return // the receive side starts once the QP is established
+	}
 	// Two polls close together make a polling loop; a single poll (such as
 	// the re-check after ReqNotify) does not put the connection in polled mode.
 	now := nowNanos()
