@@ -171,6 +171,7 @@ func (r *RemoteMR) FlushType() Usage {
 	return r.usage & (UsageFlushTypeVisibility | UsageFlushTypePersistent)
 }
 
+// String describes the remote region.
 func (r *RemoteMR) String() string {
 	return fmt.Sprintf("remote region %#x+%d rkey %#x %v", r.addr, r.size, r.rkey, r.usage)
 }
