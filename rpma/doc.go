@@ -28,19 +28,19 @@
 // each type guarantees in each case.
 //
 // # Interoperability with librpma
-
-goverbs' counterparts of librpma's examples (examples/rpma) talk to
-librpma's own examples on Linux siw (interop/rpma.sh). Towards siw, turn
-goverbs' extensions off on the active side (ConnCfg.SetExtensions(false)):
-siw reads the offer's mark (see package iwarp); flush and atomic write then
-use librpma's fallbacks, and immediate data is unavailable (siw has none).
-An active goverbs connection sends a zero-length RDMA Write as soon as it is
-made (the form of RFC 6581's Write RTR), because an MPA responder may only
-transmit after the initiator's first message: so a goverbs or siw server may
-act first. A goverbs server whose client is librpma on siw cannot act
-first: librpma's client sends nothing until it acts itself.
-
-# Differences from librpma
+//
+// goverbs' counterparts of librpma's examples (examples/rpma) talk to
+// librpma's own examples on Linux siw (interop/rpma.sh). Towards siw, turn
+// goverbs' extensions off on the active side (ConnCfg.SetExtensions(false)):
+// siw reads the offer's mark (see package iwarp); flush and atomic write then
+// use librpma's fallbacks, and immediate data is unavailable (siw has none).
+// An active goverbs connection sends a zero-length RDMA Write as soon as it is
+// made (the form of RFC 6581's Write RTR), because an MPA responder may only
+// transmit after the initiator's first message: so a goverbs or siw server may
+// act first. A goverbs server whose client is librpma on siw cannot act
+// first: librpma's client sends nothing until it acts itself.
+//
+// # Differences from librpma
 //
 // Op contexts are uint64 values (librpma's void*, which it stores in wr_id).
 // Blocking calls take a context.Context. Errors are Go errors wrapping the
