@@ -401,19 +401,21 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 		}
 		return err
 	}
-	id.established(conn)
-	id.post(Event{Type: EventEstablished, PrivateData: conn.PrivateData(), ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
+	id.established(conn, Event{Type: EventEstablished, PrivateData: conn.PrivateData(), ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
 	return nil
 }
 
-// established records the connection and watches it for the end.
-func (id *ID) established(conn cm.Conn) {
+// established records the connection, queues ev (EventEstablished) and
+// watches the connection for the end, whose event therefore always comes
+// after ev.
+func (id *ID) established(conn cm.Conn, ev Event) {
 	id.mu.Lock()
 	id.conn, id.state = conn, stateConnected
 	if id.peerPD == nil {
 		id.peerPD = conn.PrivateData()
 	}
 	id.mu.Unlock()
+	id.post(ev)
 	id.wg.Add(1)
 	go func() {
 		defer id.wg.Done()
@@ -603,8 +605,7 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 		id.mu.Unlock()
 		return err
 	}
-	id.established(conn)
-	id.post(Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
+	id.established(conn, Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
 	return nil
 }
 

@@ -191,6 +191,10 @@ const (
 	WCLocalInv WCOpcode = 6
 	// WCTSO is IBV_WC_TSO.
 	WCTSO WCOpcode = 7
+	// WCFlush is IBV_WC_FLUSH.
+	WCFlush WCOpcode = 8
+	// WCAtomicWrite is IBV_WC_ATOMIC_WRITE.
+	WCAtomicWrite WCOpcode = 9
 	// WCRecv is IBV_WC_RECV (1 << 7).
 	WCRecv WCOpcode = 128
 	// WCRecvRDMAWithImm is IBV_WC_RECV_RDMA_WITH_IMM.
@@ -198,14 +202,16 @@ const (
 )
 
 var wcOpcodeSendNames = [...]string{
-	WCSend:      "SEND",
-	WCRDMAWrite: "RDMA_WRITE",
-	WCRDMARead:  "RDMA_READ",
-	WCCompSwap:  "COMP_SWAP",
-	WCFetchAdd:  "FETCH_ADD",
-	WCBindMW:    "BIND_MW",
-	WCLocalInv:  "LOCAL_INV",
-	WCTSO:       "TSO",
+	WCSend:        "SEND",
+	WCRDMAWrite:   "RDMA_WRITE",
+	WCRDMARead:    "RDMA_READ",
+	WCCompSwap:    "COMP_SWAP",
+	WCFetchAdd:    "FETCH_ADD",
+	WCBindMW:      "BIND_MW",
+	WCLocalInv:    "LOCAL_INV",
+	WCTSO:         "TSO",
+	WCFlush:       "FLUSH",
+	WCAtomicWrite: "ATOMIC_WRITE",
 }
 
 var wcOpcodeRecvNames = [...]string{
@@ -246,6 +252,12 @@ const (
 	WRBindMW WROpcode = 8
 	// WRSendWithInv is IBV_WR_SEND_WITH_INV.
 	WRSendWithInv WROpcode = 9
+	// WRFlush is IBV_WR_FLUSH: make the remote range visible to the target's
+	// CPU, or persistent, before the request completes (see SendWR).
+	WRFlush WROpcode = 14
+	// WRAtomicWrite is IBV_WR_ATOMIC_WRITE: an 8-byte write that the target
+	// applies as one atomic store (see SendWR).
+	WRAtomicWrite WROpcode = 15
 )
 
 var wrOpcodeNames = [...]string{
@@ -259,6 +271,8 @@ var wrOpcodeNames = [...]string{
 	WRLocalInv:          "LOCAL_INV",
 	WRBindMW:            "BIND_MW",
 	WRSendWithInv:       "SEND_WITH_INV",
+	WRFlush:             "FLUSH",
+	WRAtomicWrite:       "ATOMIC_WRITE",
 }
 
 // wrToWC maps each WROpcode to the opcode of the requester's completion.
@@ -273,6 +287,12 @@ var wrToWC = [...]WCOpcode{
 	WRLocalInv:          WCLocalInv,
 	WRBindMW:            WCBindMW,
 	WRSendWithInv:       WCSend,
+	10:                  WCOpcode(^uint32(0)),
+	11:                  WCOpcode(^uint32(0)),
+	12:                  WCOpcode(^uint32(0)),
+	13:                  WCOpcode(^uint32(0)),
+	WRFlush:             WCFlush,
+	WRAtomicWrite:       WCAtomicWrite,
 }
 
 // String returns the constant name without the IBV_WR_ prefix, e.g.
@@ -364,6 +384,12 @@ const (
 	AccessOnDemand AccessFlags = 1 << 6
 	// AccessHugetlb is IBV_ACCESS_HUGETLB.
 	AccessHugetlb AccessFlags = 1 << 7
+	// AccessFlushGlobal is IBV_ACCESS_FLUSH_GLOBAL: the region accepts
+	// FLUSH requests of type FlushGlobal (visibility).
+	AccessFlushGlobal AccessFlags = 1 << 8
+	// AccessFlushPersistent is IBV_ACCESS_FLUSH_PERSISTENT: the region
+	// accepts FLUSH requests of type FlushPersistent.
+	AccessFlushPersistent AccessFlags = 1 << 9
 	// AccessRelaxedOrdering is IBV_ACCESS_RELAXED_ORDERING
 	// (IBV_ACCESS_OPTIONAL_FIRST, 1 << 20).
 	AccessRelaxedOrdering AccessFlags = 1 << 20
@@ -378,6 +404,8 @@ var accessFlagNames = [32]string{
 	5:  "ZERO_BASED",
 	6:  "ON_DEMAND",
 	7:  "HUGETLB",
+	8:  "FLUSH_GLOBAL",
+	9:  "FLUSH_PERSISTENT",
 	20: "RELAXED_ORDERING",
 }
 

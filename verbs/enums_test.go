@@ -122,6 +122,8 @@ func TestEnumValuesAndStrings(t *testing.T) {
 		{AccessZeroBased, 32, "ZERO_BASED"},
 		{AccessOnDemand, 64, "ON_DEMAND"},
 		{AccessHugetlb, 128, "HUGETLB"},
+		{AccessFlushGlobal, 256, "FLUSH_GLOBAL"},
+		{AccessFlushPersistent, 512, "FLUSH_PERSISTENT"},
 		{AccessRelaxedOrdering, 1 << 20, "RELAXED_ORDERING"},
 
 		{QPSReset, 0, "RESET"},
@@ -269,7 +271,7 @@ func TestEnumUnknownValues(t *testing.T) {
 		{WCStatus(99), "WCStatus(99)"},
 		{WCStatus(24), "WCStatus(24)"},
 		{WCStatus(^uint32(0)), "WCStatus(4294967295)"},
-		{WCOpcode(8), "WCOpcode(8)"},
+		{WCOpcode(10), "WCOpcode(10)"},
 		{WCOpcode(127), "WCOpcode(127)"},
 		{WCOpcode(130), "WCOpcode(130)"},
 		{WCOpcode(^uint32(0)), "WCOpcode(4294967295)"},
@@ -318,7 +320,7 @@ func TestEnumFlagsJoin(t *testing.T) {
 		{AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic,
 			"LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC"},
 		{AccessRemoteWrite | AccessRelaxedOrdering, "REMOTE_WRITE|RELAXED_ORDERING"},
-		{AccessLocalWrite | 0x300, "LOCAL_WRITE|0x300"},
+		{AccessLocalWrite | 0xC00, "LOCAL_WRITE|0xc00"},
 		{AccessFlags(1 << 31), "0x80000000"},
 		{QPAttrMask(0), "0"},
 		{QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags,
@@ -390,13 +392,15 @@ func TestEnumWROpcodeWCOpcode(t *testing.T) {
 		{WRAtomicFetchAndAdd, WCFetchAdd},
 		{WRLocalInv, WCLocalInv},
 		{WRBindMW, WCBindMW},
+		{WRFlush, WCFlush},
+		{WRAtomicWrite, WCAtomicWrite},
 	}
 	for _, tc := range cases {
 		if got := tc.wr.WCOpcode(); got != tc.wc {
 			t.Errorf("%v.WCOpcode() = %v, want %v", tc.wr, got, tc.wc)
 		}
 	}
-	for _, wr := range []WROpcode{10, 11, 15, WROpcode(^uint32(0))} {
+	for _, wr := range []WROpcode{10, 11, 13, 16, WROpcode(^uint32(0))} {
 		got := wr.WCOpcode()
 		if got != WCOpcode(^uint32(0)) {
 			t.Errorf("%v.WCOpcode() = %v, want WCOpcode(4294967295)", wr, got)

@@ -32,7 +32,8 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 		return nil, fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
 	}
 	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
-		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering
+		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering |
+		AccessFlushGlobal | AccessFlushPersistent
 	if access&^known != 0 {
 		return nil, fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
 	}

@@ -26,6 +26,12 @@ type SGE struct {
 //   - ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD: RemoteAddr (8-byte aligned) and
 //     RKey, CompareAdd and Swap; SGList is one 8-byte local sink for the
 //     original value.
+//   - ATOMIC_WRITE: RemoteAddr (8-byte aligned) and RKey name the target,
+//     which needs remote write access; SGList (or Inline) holds exactly the 8
+//     bytes to write, which the target stores with one atomic store.
+//   - FLUSH: RemoteAddr, RKey and FlushLen name the remote range, FlushType
+//     what to guarantee; SGList is empty. The target region needs
+//     AccessFlushGlobal or AccessFlushPersistent for that type.
 type SendWR struct {
 	WRID   uint64
 	SGList []SGE
@@ -43,6 +49,10 @@ type SendWR struct {
 	CompareAdd uint64
 	// Swap is the value compare-and-swap stores when the compare matches.
 	Swap uint64
+	// FlushType is what a FLUSH guarantees when it completes (ibv_wr_flush's type).
+	FlushType FlushType
+	// FlushLen is the length of the range a FLUSH covers, from RemoteAddr.
+	FlushLen uint32
 	// AH, RemoteQPN and RemoteQKey address the destination of a UD send.
 	AH         *AH
 	RemoteQPN  uint32
@@ -52,6 +62,31 @@ type SendWR struct {
 	// an unregistered pointer with IBV_SEND_INLINE). When Inline is nil an
 	// inline request copies the bytes named by SGList instead.
 	Inline []byte
+}
+
+// FlushType is the type of a FLUSH work request (IBV_FLUSH_GLOBAL,
+// IBV_FLUSH_PERSISTENT).
+type FlushType uint8
+
+const (
+	// FlushGlobal: when the FLUSH completes, the data written before it to
+	// the range is visible to the target's CPU (global visibility).
+	FlushGlobal FlushType = 1
+	// FlushPersistent: when the FLUSH completes, the data written before it
+	// to the range is durable at the target: on a region backed by a file,
+	// written back to the file (msync) on the target host.
+	FlushPersistent FlushType = 2
+)
+
+// String names the flush type, e.g. "PERSISTENT".
+func (t FlushType) String() string {
+	switch t {
+	case FlushGlobal:
+		return "GLOBAL"
+	case FlushPersistent:
+		return "PERSISTENT"
+	}
+	return fmt.Sprintf("FlushType(%d)", uint8(t))
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr): the buffers one

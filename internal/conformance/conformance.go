@@ -25,6 +25,7 @@ type Caps struct {
 	Immediate  bool // SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
 	Invalidate bool // SEND_WITH_INV
 	Modify     bool // RC QPs are connected by Modify (INIT->RTR with DEST_QPN), not by a CM
+	Flush      bool // FLUSH and ATOMIC_WRITE (IBTA 1.5; between goverbs peers on iWARP)
 	// AsyncErrors: remote errors are reported as on iWARP, asynchronously
 	// (a Terminate message) after the failing request may have completed
 	// locally, and an error on either end takes both QPs to ERR. Without it

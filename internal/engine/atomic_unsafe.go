@@ -47,3 +47,9 @@ func AtomicAt(b []byte, op verbs.WROpcode, compareAdd, swap uint64) (old uint64,
 	}
 	return compareSwap(p, compareAdd, swap), true
 }
+
+// storeBytes stores the 8 bytes of v at p with one atomic store, so that the
+// memory holds exactly those bytes whatever the host's byte order.
+func storeBytes(p *uint64, v [8]byte) {
+	atomic.StoreUint64(p, *(*uint64)(unsafe.Pointer(&v)))
+}

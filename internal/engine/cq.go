@@ -102,7 +102,9 @@ const (
 )
 
 func newCQ(ctx *Context, v *verbs.CQ, cqe int, ch *CompChannel) *CQ {
-	n := 1
+	// At least two slots: in a ring of one, a full slot and the empty slot
+	// of the next lap have the same sequence number.
+	n := 2
 	for n < cqe {
 		n <<= 1
 	}

@@ -101,6 +101,57 @@ func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swa
 	return compareSwap(p, compareAdd, swap), FaultNone
 }
 
+// Flush executes an incoming FLUSH of n bytes at addr on this QP, the
+// responder. The region must grant AccessFlushGlobal for FlushGlobal or
+// AccessFlushPersistent for FlushPersistent, and hold the range. Data placed
+// by earlier requests of the connection is already in the region's memory
+// (the wire places requests in order), so it is visible to this host's CPU
+// when Flush returns; for FlushPersistent the range is also written back to
+// the file that backs the memory, if any (msync with MS_SYNC), before Flush
+// returns. FaultPersist reports a failed write-back. A zero-length flush
+// names no memory and succeeds.
+func (q *QP) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Fault {
+	need := verbs.AccessFlushGlobal
+	if typ == verbs.FlushPersistent {
+		need = verbs.AccessFlushPersistent
+	} else if typ != verbs.FlushGlobal {
+		return FaultAccess
+	}
+	if n == 0 {
+		return FaultNone
+	}
+	b, _, f := q.dev.resolve(rkey, q.pd, addr, n, need)
+	if f != FaultNone {
+		return f
+	}
+	persistFence()
+	if typ == verbs.FlushPersistent {
+		if err := persist(b); err != nil {
+			return FaultPersist
+		}
+	}
+	return FaultNone
+}
+
+// AtomicWrite executes an incoming ATOMIC_WRITE on this QP, the responder:
+// the 8 bytes of v are stored at addr with one atomic store. The target
+// needs remote write access (as RDMA Write) and 8-byte alignment (FaultAlign).
+func (q *QP) AtomicWrite(rkey uint32, addr uint64, v [8]byte) Fault {
+	if addr%8 != 0 {
+		return FaultAlign
+	}
+	b, f := q.ResolveRemote(rkey, addr, 8, verbs.AccessRemoteWrite)
+	if f != FaultNone {
+		return f
+	}
+	p, ok := word64(b)
+	if !ok {
+		return FaultAlign
+	}
+	storeBytes(p, v)
+	return FaultNone
+}
+
 // Invalidate carries out a Send with Invalidate's request on this QP, the
 // responder: the region named by rkey, of the QP's PD, stops working.
 func (q *QP) Invalidate(rkey uint32) Fault {

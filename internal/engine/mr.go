@@ -110,9 +110,10 @@ const (
 	FaultAlign          // an atomic's address is not 8-byte aligned
 	FaultLength         // the data does not fit the buffers
 	FaultNoBuffer       // no receive buffer is posted
+	FaultPersist        // a persistent flush could not write the range back to its file
 )
 
-var faultNames = [...]string{"none", "invalid key", "protection domain mismatch", "access denied", "out of bounds", "misaligned atomic", "length error", "no receive buffer"}
+var faultNames = [...]string{"none", "invalid key", "protection domain mismatch", "access denied", "out of bounds", "misaligned atomic", "length error", "no receive buffer", "write-back failed"}
 
 // String names the fault.
 func (f Fault) String() string {

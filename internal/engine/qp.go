@@ -295,7 +295,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	switch op {
 	case verbs.WRSend, verbs.WRSendWithImm:
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRSendWithInv,
-		verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
 		if q.typ == verbs.QPTUD {
 			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalid, op)
 		}
@@ -304,7 +304,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	default:
 		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, op)
 	}
-	if q.deny.Load()&(1<<op) != 0 { // op < 10 here
+	if q.deny.Load()&(1<<op) != 0 { // op < 16 here
 		return fmt.Errorf("%w: %v: the connected peer does not implement it", verbs.ErrNotSupported, op)
 	}
 	if q.typ == verbs.QPTUD {
@@ -332,13 +332,24 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 		if n != 8 {
 			return fmt.Errorf("%w: atomic result buffer of %d bytes (must be 8)", verbs.ErrInvalid, n)
 		}
+	case op == verbs.WRFlush:
+		if len(wr.SGList) != 0 || (inline && len(wr.Inline) != 0) {
+			return fmt.Errorf("%w: FLUSH carries no data", verbs.ErrInvalid)
+		}
+		if wr.FlushType != verbs.FlushGlobal && wr.FlushType != verbs.FlushPersistent {
+			return fmt.Errorf("%w: flush type %v", verbs.ErrInvalid, wr.FlushType)
+		}
+	case op == verbs.WRAtomicWrite:
+		if n != 8 {
+			return fmt.Errorf("%w: ATOMIC_WRITE of %d bytes (must be 8)", verbs.ErrInvalid, n)
+		}
 	case op == verbs.WRRDMARead:
 		if len(wr.SGList) > a.MaxSGERd {
 			return fmt.Errorf("%w: %d SGEs on an RDMA read, the device allows %d", verbs.ErrInvalid, len(wr.SGList), a.MaxSGERd)
 		}
 	}
 	if inline {
-		if op == verbs.WRRDMARead || isAtomic {
+		if op == verbs.WRRDMARead || isAtomic || op == verbs.WRFlush {
 			return fmt.Errorf("%w: inline %v", verbs.ErrInvalid, op)
 		}
 		if n > uint64(q.cap.MaxInlineData) {
@@ -408,8 +419,12 @@ func (q *QP) progress() {
 	q.mu.Unlock()
 }
 
+// isRdAtomic reports whether op waits for a response from the target, and
+// so counts against ORD/IRD: reads, atomics, and (as in IBTA 1.5) flush and
+// atomic write.
 func isRdAtomic(op verbs.WROpcode) bool {
-	return op == verbs.WRRDMARead || op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd
+	return op == verbs.WRRDMARead || op == verbs.WRAtomicCmpAndSwp || op == verbs.WRAtomicFetchAndAdd ||
+		op == verbs.WRFlush || op == verbs.WRAtomicWrite
 }
 
 // nextTx returns the next request to transmit, honouring the state, RNR

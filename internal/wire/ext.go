@@ -63,6 +63,15 @@ const (
 	AtomicFetchAdd    AtomicOp = 0
 	AtomicSwap        AtomicOp = 1
 	AtomicCompareSwap AtomicOp = 2
+	// AtomicWriteGoverbs and FlushGoverbs are goverbs' own uses of codes RFC
+	// 7306 leaves reserved, sent only between goverbs peers that negotiated
+	// the extensions. ATOMIC_WRITE carries the 8 bytes to store in Add or
+	// Swap Data (the bytes in memory order, read as a big-endian number);
+	// FLUSH carries the length in Add or Swap Data and the verbs flush type
+	// in Compare Data. Both are answered by an Atomic Response (value 0)
+	// once done at the target.
+	AtomicWriteGoverbs AtomicOp = 0xE
+	FlushGoverbs       AtomicOp = 0xF
 )
 
 // String names the atomic operation.
@@ -74,6 +83,10 @@ func (o AtomicOp) String() string {
 		return "Swap"
 	case AtomicCompareSwap:
 		return "CompareSwap"
+	case AtomicWriteGoverbs:
+		return "AtomicWrite(goverbs)"
+	case FlushGoverbs:
+		return "Flush(goverbs)"
 	}
 	return "AtomicOp(" + strconv.Itoa(int(o)) + ")"
 }

@@ -187,7 +187,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 
 func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
 	if !c.ext {
-		q.Restrict(verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd)
+		q.Restrict(verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd,
+			verbs.WRFlush, verbs.WRAtomicWrite)
 	} else {
 		q.Restrict()
 	}
@@ -204,6 +205,8 @@ func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
 		<-c.done
 		return err
 	}
+	c.estabDone.Store(true)
+	close(c.estab)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package iwarp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -153,12 +154,18 @@ type conn struct {
 	dying  chan struct{}
 	done   chan struct{}
 	rxDone chan struct{}
+	// estab is closed once the QP is established: the receive side starts
+	// only then, so that a message arriving at once (the peer may send as
+	// soon as it has the MPA Reply) never meets a QP still in INIT.
+	estab     chan struct{}
+	estabDone atomic.Bool
 }
 
 func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
 	c := &conn{
 		q: q, nc: nc, crc: n.CRC, ext: ext, passive: passive, ird: n.IRD, ord: n.ORD, pdata: pdata,
 		txWake: make(chan struct{}, 1), dying: make(chan struct{}), done: make(chan struct{}), rxDone: make(chan struct{}),
+		estab: make(chan struct{}),
 	}
 	for i := range c.txMSN {
 		c.txMSN[i] = 1
@@ -517,7 +524,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		if err == nil && wr.Opcode == verbs.WRRDMAWriteWithImm {
 			err = c.sendImmediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0)
 		}
-	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
 		return c.sendRequest(q, w)
 	default:
 		return engine.Fail(verbs.WCLocQPOpErr)
@@ -541,12 +548,32 @@ func (c *conn) payload(q *engine.QP, w *engine.WQE) ([][]byte, verbs.WCStatus) {
 // in the ORQ; the response completes it. c.txMu is held.
 func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 	wr := &w.WR
-	sink, st := q.Sink(w, nil)
-	if st != verbs.WCSuccess {
-		return engine.Fail(st)
+	var sink [][]byte
+	var st verbs.WCStatus
+	var f wire.AtomicRequestFields
+	switch wr.Opcode {
+	case verbs.WRFlush:
+		f = wire.AtomicRequestFields{Op: wire.FlushGoverbs, STag: wr.RKey, TO: wr.RemoteAddr,
+			AddSwap: uint64(wr.FlushLen), Compare: uint64(wr.FlushType)}
+	case verbs.WRAtomicWrite:
+		src, st := c.payload(q, w)
+		if st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		var v [8]byte
+		n := 0
+		for _, s := range src {
+			n += copy(v[n:], s)
+		}
+		f = wire.AtomicRequestFields{Op: wire.AtomicWriteGoverbs, STag: wr.RKey, TO: wr.RemoteAddr,
+			AddSwap: binary.BigEndian.Uint64(v[:]), AddSwapMask: ^uint64(0)}
+	default:
+		if sink, st = q.Sink(w, nil); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
 	}
 	e := orqEntry{w: w, seq: w.Seq(), sink: sink, size: w.Len}
-	if len(wr.SGList) > 0 {
+	if len(wr.SGList) > 0 && f.Op == 0 {
 		e.stag, e.to = wr.SGList[0].LKey, wr.SGList[0].Addr
 	}
 	c.hbuf = c.hbuf[:0]
@@ -557,10 +584,12 @@ func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 			SinkSTag: e.stag, SinkTO: e.to, Size: w.Len, SrcSTag: wr.RKey, SrcTO: wr.RemoteAddr})
 	} else {
 		e.atomic = true
-		f := wire.AtomicRequestFields{STag: wr.RKey, TO: wr.RemoteAddr, AddSwap: wr.CompareAdd, AddSwapMask: ^uint64(0)}
-		f.Op = wire.AtomicFetchAdd
-		if wr.Opcode == verbs.WRAtomicCmpAndSwp {
-			f.Op, f.AddSwap, f.Compare, f.CompareMask = wire.AtomicCompareSwap, wr.Swap, wr.CompareAdd, ^uint64(0)
+		switch wr.Opcode {
+		case verbs.WRAtomicFetchAndAdd:
+			f = wire.AtomicRequestFields{Op: wire.AtomicFetchAdd, STag: wr.RKey, TO: wr.RemoteAddr, AddSwap: wr.CompareAdd, AddSwapMask: ^uint64(0)}
+		case verbs.WRAtomicCmpAndSwp:
+			f = wire.AtomicRequestFields{Op: wire.AtomicCompareSwap, STag: wr.RKey, TO: wr.RemoteAddr,
+				AddSwap: wr.Swap, AddSwapMask: ^uint64(0), Compare: wr.CompareAdd, CompareMask: ^uint64(0)}
 		}
 		c.orqMu.Lock()
 		c.reqID++

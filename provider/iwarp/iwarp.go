@@ -82,7 +82,11 @@
 // are RFC 7306 messages used: Atomic Request/Response for compare-and-swap and
 // fetch-and-add, Immediate Data for RDMA_WRITE_WITH_IMM (a Write followed by
 // Immediate Data) and SEND_WITH_IMM (Immediate Data, followed by the Send
-// when the send has a payload). The 8-byte immediate carries the 32-bit
+// when the send has a payload), and goverbs' own FLUSH and ATOMIC_WRITE
+// (IBTA 1.5 operations that RFC 7306 lacks) as Atomic Requests with atomic
+// codes the RFC leaves reserved (wire.FlushGoverbs, wire.AtomicWriteGoverbs),
+// answered by an Atomic Response once the target has executed them. The
+// 8-byte immediate carries the 32-bit
 // verbs value in its first word and goverbs flags in the second: 1 = a Send
 // follows that carries it, 2 = it follows a Write. Against any other peer
 // PostSend refuses these opcodes with ErrNotSupported.

@@ -126,6 +126,8 @@ func TestExtensionsOnlyWhenOffered(t *testing.T) {
 		{WRID: 2, Opcode: verbs.WRAtomicCmpAndSwp, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
 		{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
 		{WRID: 4, Opcode: verbs.WRSendWithImm, SGList: []verbs.SGE{a.MR.SGE(0, 8)}},
+		{WRID: 7, Opcode: verbs.WRFlush, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey(), FlushLen: 8, FlushType: verbs.FlushGlobal},
+		{WRID: 8, Opcode: verbs.WRAtomicWrite, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()},
 	} {
 		conformance.ExpectPostErr(t, a.QP.PostSend([]verbs.SendWR{wr}), 0, verbs.ErrNotSupported)
 	}

@@ -137,6 +137,11 @@ const (
 // be readable and pumps.
 func (c *conn) rxLoop() {
 	defer close(c.rxDone)
+	select {
+	case <-c.estab:
+	case <-c.dying:
+		return
+	}
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
 		if c.polling() {
@@ -172,6 +177,9 @@ func (c *conn) rxLoop() {
 // PollProgress implements engine.Poller: polled mode's non-blocking pump,
 // called by CQ.Poll on the application's goroutine.
 func (c *conn) PollProgress() {
+	if !c.estabDone.Load() {
+		return // the receive side starts once the QP is established
+	}
 	// Two polls close together make a polling loop; a single poll (such as
 	// the re-check after ReqNotify) does not put the connection in polled mode.
 	now := nowNanos()
@@ -686,6 +694,8 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 		op = verbs.WRAtomicFetchAndAdd
 	case wire.AtomicCompareSwap:
 		op = verbs.WRAtomicCmpAndSwp
+	case wire.AtomicWriteGoverbs, wire.FlushGoverbs:
+		return c.rxGoverbsRequest(h, a)
 	default:
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode), h, nil, "atomic swap is not supported")
 		return errStop
@@ -708,6 +718,38 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 		return errStop
 	}
 	return c.queueResp(h, resp{kind: respAtomic, reqID: a.ReqID(), orig: orig})
+}
+
+// rxGoverbsRequest executes an ATOMIC_WRITE or a FLUSH that a goverbs peer
+// sent as an Atomic Request with a goverbs code (see wire.FlushGoverbs).
+// Everything the connection carried before it has been placed, so a flush
+// covers it; the Atomic Response goes out once it is done.
+func (c *conn) rxGoverbsRequest(h wire.Header, a wire.AtomicRequest) error {
+	c.irqMu.Lock()
+	full := len(c.irq) >= c.ird
+	c.irqMu.Unlock()
+	if full {
+		return c.queueResp(h, resp{})
+	}
+	var f engine.Fault
+	what := "flush: "
+	if a.Op() == wire.FlushGoverbs {
+		f = c.q.Flush(a.STag(), a.TO(), uint32(a.AddSwap()), verbs.FlushType(a.Compare()))
+	} else {
+		what = "atomic write: "
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], a.AddSwap())
+		f = c.q.AtomicWrite(a.STag(), a.TO(), v)
+	}
+	if f == engine.FaultPersist {
+		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicStream), h, evp(verbs.EventQPReqErr), what+f.String())
+		return errStop
+	}
+	if f != engine.FaultNone {
+		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, protCode(f)), h, evp(verbs.EventQPAccessErr), what+f.String())
+		return errStop
+	}
+	return c.queueResp(h, resp{kind: respAtomic, reqID: a.ReqID()})
 }
 
 func (c *conn) rxAtomicResponse(s *rxState, h wire.Header) error {

@@ -13,7 +13,7 @@ import (
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{UD: true, RNR: true, Atomics: true, Immediate: true, Invalidate: true, Modify: true}
+	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) {

@@ -246,6 +246,35 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 		}
 		engine.CopyInto(w.dst, 0, src)
 		return engine.ResultOK
+	case verbs.WRFlush, verbs.WRAtomicWrite:
+		if p.IRD() == 0 {
+			p.Fatal(verbs.EventQPReqErr)
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		var f engine.Fault
+		if wr.Opcode == verbs.WRFlush {
+			f = p.Flush(wr.RKey, wr.RemoteAddr, wr.FlushLen, wr.FlushType)
+		} else {
+			var st verbs.WCStatus
+			if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
+				return engine.Fail(st)
+			}
+			var v [8]byte
+			n := 0
+			for _, s := range w.src {
+				n += copy(v[n:], s)
+			}
+			f = p.AtomicWrite(wr.RKey, wr.RemoteAddr, v)
+		}
+		switch f {
+		case engine.FaultNone:
+			return engine.ResultOK
+		case engine.FaultAlign, engine.FaultPersist:
+			p.Fatal(verbs.EventQPReqErr)
+			return engine.Fail(verbs.WCRemInvReqErr)
+		}
+		p.Fatal(verbs.EventQPAccessErr)
+		return engine.Fail(verbs.WCRemAccessErr)
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		if p.IRD() == 0 {
 			p.Fatal(verbs.EventQPReqErr)

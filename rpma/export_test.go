@@ -1,0 +1,4 @@
+package rpma
+
+// PollErr exposes pollErr to the tests.
+var PollErr = pollErr
