@@ -53,3 +53,14 @@ func AtomicAt(b []byte, op verbs.WROpcode, compareAdd, swap uint64) (old uint64,
 func storeBytes(p *uint64, v [8]byte) {
 	atomic.StoreUint64(p, *(*uint64)(unsafe.Pointer(&v)))
 }
+
+// AtomicStoreAt stores the 8 bytes of v at b[0:8], which may be memory
+// shared with another process, with one atomic store; it reports false
+// when the word is not naturally aligned.
+func AtomicStoreAt(b []byte, v [8]byte) bool {
+	p, ok := word64(b)
+	if ok {
+		storeBytes(p, v)
+	}
+	return ok
+}

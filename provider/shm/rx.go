@@ -232,6 +232,27 @@ func (c *conn) serve(h *rec, p []byte) int {
 		c.rx.respOff = 0
 		return served
 
+	case recFlush, recAtomicWr:
+		if q.IRD() == 0 {
+			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
+		}
+		var f engine.Fault
+		if h.kind == recFlush {
+			f = q.Flush(h.rkey, h.addr, h.total, verbs.FlushType(h.imm))
+		} else {
+			if len(p) != 8 {
+				return c.protoErr()
+			}
+			f = q.AtomicWrite(h.rkey, h.addr, [8]byte(p))
+		}
+		switch f {
+		case engine.FaultNone:
+			return served
+		case engine.FaultAlign, engine.FaultPersist:
+			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
+		}
+		return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
+
 	case recAtomicReq:
 		if len(p) != 16 {
 			return c.protoErr()

@@ -157,7 +157,9 @@ const (
 	recReadResp   = 6 // a piece of a READ response
 	recAtomicReq  = 7 // an atomic the target executes (payload: compare/add, swap)
 	recAtomicResp = 8 // an atomic's result (payload: the old value)
-	recSendRef    = 9 // a SEND whose data the receiver copies from the sender's region (rkey: its key, addr: where)
+	recSendRef    = 9  // a SEND whose data the receiver copies from the sender's region (rkey: its key, addr: where)
+	recFlush      = 10 // a FLUSH the target carries out (imm: its type, total: its length)
+	recAtomicWr   = 11 // an ATOMIC_WRITE the target carries out (payload: the 8 bytes)
 
 	fFirst     = 1 << 0
 	fLast      = 1 << 1

@@ -47,9 +47,16 @@
 // goroutine, woken through the socket. (process_vm_readv/writev are not
 // used: they need ptrace rights that hardened hosts withhold.)
 //
-// SEND data is copied into the request ring by the sender and out of it into
-// the receive buffer by the receiver; messages larger than a ring record
-// (64 KiB) are split. A SEND that finds no receive posted waits in the ring
+// FLUSH always goes through the target, which orders it after the data it
+// placed and, for IBV_FLUSH_PERSISTENT, writes the range back to the file
+// behind the region (msync) before it completes. ATOMIC_WRITE is an atomic
+// store by the initiator in a mapped region, or by the target otherwise.
+//
+// A SEND of up to 32 KiB is copied into the request ring by the sender and
+// out of it into the receive buffer by the receiver; a larger one from a
+// region in an AllocBuffer is copied once, by the receiver, straight from
+// the sender's region (which the sender offers the first time); a larger one
+// from other memory goes through the ring in pieces of up to 64 KiB. A SEND that finds no receive posted waits in the ring
 // until one is (the behaviour of rnr_retry 7, whatever the QP's rnr_retry),
 // and everything behind it waits too, as on an RC connection.
 //

@@ -76,7 +76,7 @@ func open(t testing.TB) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{Atomics: true, Immediate: true, Invalidate: true}
+	return conformance.Caps{Atomics: true, Immediate: true, Invalidate: true, Flush: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }

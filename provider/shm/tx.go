@@ -130,6 +130,42 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		r.release()
 		c.nDirect.Add(1)
 		return engine.ResultOK
+	case verbs.WRFlush:
+		// Always through the target: it is the one that can write its
+		// memory back (msync) and that orders the flush after the data
+		// it placed itself. It completes when the target consumed it.
+		return c.ctlMsg(w, recFlush, uint32(wr.FlushType), wr.FlushLen, nil)
+	case verbs.WRAtomicWrite:
+		var st verbs.WCStatus
+		if c.src, st = q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		var v [8]byte
+		n := 0
+		for _, s := range c.src {
+			n += copy(v[n:], s)
+		}
+		var r *remote
+		res, ok := engine.Result{}, true
+		if wr.RemoteAddr%8 == 0 {
+			r, res, ok = c.direct(w, verbs.AccessRemoteWrite, wr.RemoteAddr, 8)
+		}
+		if !ok {
+			return res
+		}
+		if r == nil || atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
+			return c.ctlMsg(w, recAtomicWr, 0, 8, v[:])
+		}
+		if !r.acquire() {
+			return c.remap(r)
+		}
+		stored := engine.AtomicStoreAt(r.at(wr.RemoteAddr, 8), v)
+		r.release()
+		if !stored {
+			return c.ctlMsg(w, recAtomicWr, 0, 8, v[:])
+		}
+		c.nDirect.Add(1)
+		return engine.ResultOK
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		dst, st := q.Sink(w, c.dst[:0])
 		c.dst = dst
@@ -296,6 +332,26 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 	}
 	c.tx.busy = false
+	c.nRing.Add(1)
+	c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+	if c.reqOut.publish() {
+		c.poke()
+	}
+	return engine.ResultPending
+}
+
+// ctlMsg puts a one-record request that completes when the peer has
+// consumed (and so executed) it: FLUSH, ATOMIC_WRITE through the target.
+func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []byte) engine.Result {
+	wr := &w.WR
+	b := c.reserve(recSize(len(payload)))
+	if b == nil {
+		return c.stall()
+	}
+	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast, n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
+	putRec(b, &h)
+	copy(b[recHdr:], payload)
+	c.reqOut.commit(len(b))
 	c.nRing.Add(1)
 	c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
 	if c.reqOut.publish() {
