@@ -149,14 +149,14 @@ type ringCtl struct {
 const (
 	recHdr = 32
 
-	recPad        = 1 // the rest of the ring up to its end is unused
-	recSend       = 2 // a piece of a SEND message
-	recWrite      = 3 // a piece of an RDMA WRITE the target places
-	recImm        = 4 // the immediate data of a WRITE WITH IMM placed directly
-	recReadReq    = 5 // an RDMA READ request the target answers
-	recReadResp   = 6 // a piece of a READ response
-	recAtomicReq  = 7 // an atomic the target executes (payload: compare/add, swap)
-	recAtomicResp = 8 // an atomic's result (payload: the old value)
+	recPad        = 1  // the rest of the ring up to its end is unused
+	recSend       = 2  // a piece of a SEND message
+	recWrite      = 3  // a piece of an RDMA WRITE the target places
+	recImm        = 4  // the immediate data of a WRITE WITH IMM placed directly
+	recReadReq    = 5  // an RDMA READ request the target answers
+	recReadResp   = 6  // a piece of a READ response
+	recAtomicReq  = 7  // an atomic the target executes (payload: compare/add, swap)
+	recAtomicResp = 8  // an atomic's result (payload: the old value)
 	recSendRef    = 9  // a SEND whose data the receiver copies from the sender's region (rkey: its key, addr: where)
 	recFlush      = 10 // a FLUSH the target carries out (imm: its type, total: its length)
 	recAtomicWr   = 11 // an ATOMIC_WRITE the target carries out (payload: the 8 bytes)
