@@ -79,7 +79,8 @@ type conn struct {
 
 	// Counters for tests and DebugStats: requests done directly, requests
 	// sent through the peer, request records this side served.
-	nDirect, nRing, nServed, nRef atomic.Uint64
+	nDirect, nRing, nRef atomic.Uint64
+	nServed              uint64 // under consMu
 
 	polled    atomic.Bool
 	polls     atomic.Uint64

@@ -4,7 +4,10 @@ package shm
 // directly in the peer's memory, requests it sent through the peer, and
 // request records it served for the peer.
 func (x *Conn) Stats() (direct, ring, served uint64) {
-	return x.c.nDirect.Load(), x.c.nRing.Load(), x.c.nServed.Load()
+	x.c.consMu.Lock()
+	served = x.c.nServed
+	x.c.consMu.Unlock()
+	return x.c.nDirect.Load(), x.c.nRing.Load(), served
 }
 
 // Corrupt writes a record the peer must refuse into its request ring.

@@ -47,7 +47,9 @@ func (c *conn) consume() bool {
 	if c.stopped.Load() || !c.q.CanReceive() {
 		return poke
 	}
-	c.held.Store(false)
+	if c.held.Load() {
+		c.held.Store(false)
+	}
 	for {
 		p, ok, err := c.reqIn.peek(&h)
 		if err != nil {
@@ -67,7 +69,7 @@ func (c *conn) consume() bool {
 			break
 		}
 		c.reqIn.advance(&h)
-		c.nServed.Add(1)
+		c.nServed++
 	}
 	if c.reqIn.publish() {
 		poke = true
