@@ -46,7 +46,7 @@ type ConnParam struct {
 	ResponderResources uint8
 	InitiatorDepth     uint8
 	RetryCount         uint8 // carried for compatibility; iWARP has no retries
-	RNRRetryCount      uint8
+	RNRRetryCount      uint8 // rnr_retry of the QP (7: retry for ever); a nil *ConnParam means 7
 	// Extensions (Connect only) offers the provider's extensions: over
 	// iWARP, RFC 7306 immediate data and atomics, which only goverbs peers
 	// speak. Leave it off towards other peers (see package iwarp).
@@ -113,12 +113,13 @@ func DeviceContext(addr string) (*verbs.Context, *verbs.PD, error) {
 
 func params(p *ConnParam, maxPD int) (cm.Params, error) {
 	if p == nil {
-		return cm.Params{IRD: 128, ORD: 128}, nil
+		return cm.Params{IRD: 128, ORD: 128, RNRRetry: 7}, nil
 	}
 	if len(p.PrivateData) > maxPD {
 		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
 	}
-	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions}
+	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions,
+		RNRRetry: min(p.RNRRetryCount, 7)}
 	if p.ResponderResources == MaxDepth {
 		cp.IRD = 128
 	}

@@ -22,6 +22,10 @@ type Params struct {
 	IRD int
 	// ORD (initiator_depth): RDMA reads/atomics this side issues outstanding.
 	ORD int
+	// RNRRetry is the QP's rnr_retry (rnr_retry_count): how often a SEND
+	// that finds no receive is retried before it fails; 7 is for ever.
+	// Transports with RNR (shm) apply it; iWARP has none.
+	RNRRetry uint8
 	// Extensions offers a provider's extensions beyond what the standard
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.

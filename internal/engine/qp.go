@@ -983,6 +983,14 @@ func (q *QP) Establish(w Wire, ird, ord uint8) error {
 	return nil
 }
 
+// SetRNRRetry sets rnr_retry on a QP that a connection manager connected
+// (rdma_conn_param's rnr_retry_count), which no Modify transition sets.
+func (q *QP) SetRNRRetry(n uint8) {
+	q.mu.Lock()
+	q.attr.RnrRetry = min(n, 7)
+	q.mu.Unlock()
+}
+
 // Ready moves a QP in RESET to INIT with the given access flags, as
 // rdma_create_qp does for a QP that a connection manager will connect.
 func (q *QP) Ready(access verbs.AccessFlags) error {

@@ -23,7 +23,7 @@ func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
 			b.Fatal(err)
 		}
 	}
-	connect(b, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16}, cm.Params{IRD: 16, ORD: 16})
+	connect(b, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7}, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7})
 	return x, y
 }
 

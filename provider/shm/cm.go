@@ -307,6 +307,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 		return nil, fmt.Errorf("shm: accept: %w", err)
 	}
 	c := newConn(q, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord))
+	q.SetRNRRetry(p.RNRRetry)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -403,6 +404,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	uc.SetReadDeadline(time.Time{})
 	// Our ORD is bounded by the peer's IRD, its ORD by ours.
 	c := newConn(q, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)))
+	q.SetRNRRetry(p.RNRRetry)
 	if err := c.start(); err != nil {
 		return nil, err
 	}

@@ -82,6 +82,11 @@ type conn struct {
 	nDirect, nRing, nRef atomic.Uint64
 	nServed              uint64 // under consMu
 
+	// RNR retry: the request the peer holds for want of a receive, since when.
+	rnrSeq   uint64
+	rnrSince time.Time
+	rnrTimer *time.Timer
+
 	polled    atomic.Bool
 	polls     atomic.Uint64
 	lastPolls uint64
@@ -126,6 +131,7 @@ func (c *conn) start() error {
 		return err
 	}
 	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.q.Access()))
+	atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(c.q.Attr().MinRnrTimer))
 	c.scq.AddPoller(c)
 	if c.rcq != c.scq {
 		c.rcq.AddPoller(c)
@@ -256,6 +262,11 @@ func (c *conn) teardown() {
 	}
 	c.expDead = true
 	c.expMu.Unlock()
+	c.ackMu.Lock()
+	if c.rnrTimer != nil {
+		c.rnrTimer.Stop()
+	}
+	c.ackMu.Unlock()
 	c.closing.Store(true)
 	for c.users.Load() != 0 {
 		time.Sleep(20 * time.Microsecond)
@@ -353,8 +364,13 @@ func (c *conn) progress() {
 		poke = c.consume()
 		c.consMu.Unlock()
 	}
-	if c.nout.Load() > 0 && (c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped()) {
-		c.checkAcks()
+	if c.nout.Load() > 0 {
+		if c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped() {
+			c.checkAcks()
+		}
+		if atomic.LoadUint64(c.peer.u64(offRNRPos)) != 0 {
+			c.checkRNR()
+		}
 	}
 	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {
 		c.stalled.Store(false)
@@ -374,8 +390,13 @@ func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, f
 	if to == verbs.QPSRTR || (to == verbs.QPSRTS && from != verbs.QPSRTS && from != verbs.QPSSQD) {
 		return errCMOnly
 	}
-	if mask&verbs.QPAttrAccessFlags != 0 && c.enter() {
-		atomic.StoreUint32(c.mine.u32(offAccess), uint32(attr.QPAccessFlags))
+	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRnrTimer) != 0 && c.enter() {
+		if mask&verbs.QPAttrAccessFlags != 0 {
+			atomic.StoreUint32(c.mine.u32(offAccess), uint32(attr.QPAccessFlags))
+		}
+		if mask&verbs.QPAttrMinRnrTimer != 0 {
+			atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(attr.MinRnrTimer))
+		}
 		c.leave()
 	}
 	return nil

@@ -73,7 +73,7 @@ func child(role, addr string) error {
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return err
 	}
-	p := cm.Params{IRD: 16, ORD: 16, PrivateData: regionDesc(mr)}
+	p := cm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(mr)}
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if role == "writer" {
@@ -181,7 +181,7 @@ func dialChild(t *testing.T, s *conformance.Side, addr string) *shm.Conn {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := shm.Dial(ctx, addr, s.QP, cm.Params{IRD: 16, ORD: 16})
+		c, err := shm.Dial(ctx, addr, s.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7})
 		cancel()
 		if err == nil {
 			t.Cleanup(func() { c.Disconnect(); <-c.Done() })
@@ -356,7 +356,7 @@ func TestKillWriterMidTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.MustPostRecv(t, b.Recv(1, 0, 64))
-	c, err := req.AcceptConn(b.QP, cm.Params{IRD: 16, ORD: 16, PrivateData: regionDesc(b.MR)})
+	c, err := req.AcceptConn(b.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(b.MR)})
 	if err != nil {
 		t.Fatal(err)
 	}

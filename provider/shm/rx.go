@@ -19,9 +19,10 @@ type rxState struct {
 
 // What serve did with a request record.
 const (
-	served = iota // consumed
-	hold          // not now: no receive posted, or no room for the response
-	stop          // the QP failed: consume nothing more
+	served  = iota // consumed
+	hold           // not now: no room for the response, a mapping on its way
+	holdRNR        // not now: no receive posted (an RNR)
+	stop           // the QP failed: consume nothing more
 )
 
 // consume processes both inbound rings; consMu is held and the caller is
@@ -50,7 +51,8 @@ func (c *conn) consume() bool {
 	if c.held.Load() {
 		c.held.Store(false)
 	}
-	for {
+	rnr := false
+	for !c.peerFailed() { // a failed peer's requests are not executed: it flushed them
 		p, ok, err := c.reqIn.peek(&h)
 		if err != nil {
 			c.fail(err)
@@ -60,8 +62,9 @@ func (c *conn) consume() bool {
 			break
 		}
 		r := c.serve(&h, p)
-		if r == hold {
+		if r == hold || r == holdRNR {
 			c.held.Store(true)
+			rnr = r == holdRNR
 			break
 		}
 		if r == stop {
@@ -73,6 +76,13 @@ func (c *conn) consume() bool {
 	}
 	if c.reqIn.publish() {
 		poke = true
+	}
+	// The RNR is shown to the requester, which may give up (rnr_retry).
+	if pos := atomic.LoadUint64(c.mine.u64(offRNRPos)); rnr && pos != c.reqIn.head+1 {
+		atomic.StoreUint64(c.mine.u64(offRNRPos), c.reqIn.head+1)
+		poke = true
+	} else if !rnr && pos != 0 {
+		atomic.StoreUint64(c.mine.u64(offRNRPos), 0)
 	}
 	if c.respOut.publish() || c.owePoke {
 		poke, c.owePoke = true, false
@@ -126,7 +136,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 			}
 			rc, ok := q.TakeRecv()
 			if !ok {
-				return hold
+				return holdRNR
 			}
 			c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
 			var st verbs.WCStatus
@@ -164,7 +174,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 		}
 		rc, ok := q.TakeRecv()
 		if !ok {
-			return hold
+			return holdRNR
 		}
 		c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
 		var st verbs.WCStatus
@@ -309,7 +319,7 @@ func (c *conn) finishRecv(h *rec) int {
 func (c *conn) immediate(h *rec) int {
 	rc, ok := c.q.TakeRecv()
 	if !ok {
-		return hold
+		return holdRNR
 	}
 	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: c.peerQPN, ByteLen: h.total, Flags: verbs.WCFlagWithImm, ImmData: h.imm}
 	c.q.CompleteRecv(rc, &wc, h.flags&fSolicited != 0)

@@ -18,8 +18,8 @@ import (
 //
 //	0     request ring control  (tail, head, sleep, wait: one cache line each)
 //	256   response ring control
-//	512   nak position, nak status      (owner writes, peer reads)
-//	576   QP state, IRD, access flags   (owner writes, peer reads)
+//	512   nak position, nak status, RNR position   (owner writes, peer reads)
+//	576   QP state, IRD, access flags, min_rnr_timer (owner writes, peer reads)
 //	4096  export slots, 8 bytes each
 //	...   request ring data, then response ring data
 const (
@@ -27,9 +27,11 @@ const (
 	ctlResp   = 256
 	offNakPos = 512
 	offNakSt  = 520
+	offRNRPos = 528 // position+1 of a SEND that waits for a receive (0: none)
 	offState  = 576
 	offIRD    = 580
 	offAccess = 584
+	offMinRNR = 588 // min_rnr_timer
 	offSlots  = 4096
 
 	ctlTail  = 0   // producer's position (bytes ever written)

@@ -76,7 +76,7 @@ func open(t testing.TB) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{Atomics: true, Immediate: true, Invalidate: true, Flush: true}
+	return conformance.Caps{RNR: true, Atomics: true, Immediate: true, Invalidate: true, Flush: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }
@@ -89,7 +89,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic)}
+	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RnrRetry}
 	connect(t, a, b, p, p)
 	return nil
 }

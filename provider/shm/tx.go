@@ -2,6 +2,7 @@ package shm
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
@@ -520,6 +521,59 @@ out:
 		c.q.Progress() // not under ackMu: Transmit may call checkAcks
 	}
 }
+
+// checkRNR gives up on a SEND the peer holds for want of a receive once
+// rnr_retry retries, min_rnr_timer apart (the peer's), would have failed:
+// RNR_RETRY_EXC_ERR, the QP fails, and the peer, seeing it, drops the SEND.
+// With rnr_retry 7 it waits for ever.
+func (c *conn) checkRNR() {
+	retry := c.q.Attr().RnrRetry
+	if retry == 7 {
+		return
+	}
+	c.ackMu.Lock()
+	pos := atomic.LoadUint64(c.peer.u64(offRNRPos))
+	h, t := c.acks.head.Load(), c.acks.tail.Load()
+	if pos == 0 || h == t {
+		c.ackMu.Unlock()
+		return
+	}
+	e := c.acks.buf[h&c.acks.mask]
+	if pos-1 < e.start || pos-1 >= e.end {
+		c.ackMu.Unlock()
+		return
+	}
+	limit := time.Duration(retry) * rnrDelay(uint8(atomic.LoadUint32(c.peer.u32(offMinRNR))))
+	now := time.Now()
+	if c.rnrSeq != e.seq {
+		c.rnrSeq, c.rnrSince = e.seq, now
+		if limit > 0 {
+			// Look again when the retries would have run out, polled or not.
+			if c.rnrTimer == nil {
+				c.rnrTimer = time.AfterFunc(limit, c.wake)
+			} else {
+				c.rnrTimer.Reset(limit)
+			}
+		}
+	}
+	if now.Sub(c.rnrSince) < limit {
+		c.ackMu.Unlock()
+		return
+	}
+	c.acks.head.Store(h + 1)
+	c.nout.Add(-1)
+	more := c.q.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
+	c.ackMu.Unlock()
+	if more {
+		c.q.Progress()
+	}
+}
+
+// rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
+var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+
+func rnrDelay(code uint8) time.Duration { return time.Duration(rnrMicros[code&31]) * time.Microsecond }
 
 // frontResp returns the oldest request waiting for a response.
 func (c *conn) frontResp() (pend, bool) {
