@@ -56,9 +56,14 @@
 // out of it into the receive buffer by the receiver; a larger one from a
 // region in an AllocBuffer is copied once, by the receiver, straight from
 // the sender's region (which the sender offers the first time); a larger one
-// from other memory goes through the ring in pieces of up to 64 KiB. A SEND that finds no receive posted waits in the ring
-// until one is (the behaviour of rnr_retry 7, whatever the QP's rnr_retry),
-// and everything behind it waits too, as on an RC connection.
+// from other memory goes through the ring in pieces of up to 64 KiB.
+//
+// A SEND that finds no receive posted waits in the ring (everything behind
+// it waits too, as on an RC connection) and the receiver shows it to the
+// sender: with rnr_retry 7 (the default of a nil rdmacm.ConnParam) the
+// sender waits for ever, otherwise it gives up after rnr_retry times the
+// receiver's min_rnr_timer with RNR_RETRY_EXC_ERR; its QP then fails, and
+// the receiver, seeing that, drops what it had not executed.
 //
 // # Completions and errors
 //
