@@ -91,6 +91,8 @@ func TestGetCompletionErrorsAlways(t *testing.T) {
 	if c.ByteLen != 0 || c.Imm != 0 || c.Flags != 0 {
 		t.Errorf("failed completion carries fields besides op context and status: %+v", c)
 	}
+	// The access error ended the connection (iWARP Terminate): LOST, not CLOSED.
+	expectEvent(t, client, rpma.ConnLost)
 }
 
 // "if the provided cq is the main CQ and the receive CQ is present on the

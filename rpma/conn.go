@@ -323,17 +323,20 @@ func (c *Conn) Delete() error {
 // recorded for GetCompletion (flush: a read-after-write flush).
 func (c *Conn) post(wr *verbs.SendWR, read, flush bool) error {
 	one := [1]verbs.SendWR{*wr}
-	cq := c.cq
-	note := read && wr.Flags&verbs.SendSignaled != 0
-	cq.mu.Lock()
-	if note {
+	var err error
+	if read && wr.Flags&verbs.SendSignaled != 0 {
+		// Recorded under the CQ's lock, so that a poller cannot see the
+		// completion before the record.
+		cq := c.cq
+		cq.mu.Lock()
 		cq.noteRead(flush)
+		if err = c.qp.PostSend(one[:]); err != nil {
+			cq.reads = cq.reads[:len(cq.reads)-1]
+		}
+		cq.mu.Unlock()
+	} else {
+		err = c.qp.PostSend(one[:])
 	}
-	err := c.qp.PostSend(one[:])
-	if err != nil && note {
-		cq.reads = cq.reads[:len(cq.reads)-1]
-	}
-	cq.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, verbs.ErrNotSupported) {
 			return fmt.Errorf("rpma: %w: ibv_post_send: %w", ErrNoSupp, err)

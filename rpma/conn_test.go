@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,6 +211,40 @@ func TestRejectedAndUnreachable(t *testing.T) {
 		t.Fatalf("connecting to a closed port: %v %v", ev, err)
 	}
 	conn.Delete()
+}
+
+// A server that takes the TCP connection but never answers the connection
+// request is UNREACHABLE once the configured timeout passes.
+func TestUnreachable(t *testing.T) {
+	leakcheck.Check(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // silent until the test ends
+		}
+	}()
+	cp := newPeer(t)
+	cfg := rpma.NewConnCfg()
+	cfg.SetTimeout(200 * time.Millisecond)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	req, err := rpma.NewConnReq(cp, "127.0.0.1", port, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := req.Connect(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Delete()
+	expectEvent(t, conn, rpma.ConnUnreachable)
 }
 
 // One side disconnecting gives CLOSED on both; the event fd is readable

@@ -38,7 +38,9 @@
 // made (the form of RFC 6581's Write RTR), because an MPA responder may only
 // transmit after the initiator's first message: so a goverbs or siw server may
 // act first. A goverbs server whose client is librpma on siw cannot act
-// first: librpma's client sends nothing until it acts itself.
+// first (as the servers of librpma's examples 03 and 06 do): librpma's
+// client sends nothing until it acts itself, and RFC 5044 forbids the
+// responder to transmit before that (siw does not hold itself to the rule).
 //
 // # Differences from librpma
 //

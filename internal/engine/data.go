@@ -109,7 +109,9 @@ func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swa
 // when Flush returns; for FlushPersistent the range is also written back to
 // the file that backs the memory, if any (msync with MS_SYNC), before Flush
 // returns. FaultPersist reports a failed write-back. A zero-length flush
-// names no memory and succeeds.
+// names no memory and succeeds. Only the region's rights are checked, not
+// the QP's access flags (connection managers set remote read, write and
+// atomic on their QPs, and flush rights exist only on regions).
 func (q *QP) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Fault {
 	need := verbs.AccessFlushGlobal
 	if typ == verbs.FlushPersistent {

@@ -16,6 +16,10 @@
 // with RNR_RETRY_EXC_ERR; a peer QP that is missing or not connected gives
 // RETRY_EXC_ERR at once (the transport timeout is not simulated).
 //
+// FLUSH and ATOMIC_WRITE execute at the target QP through the engine's
+// responder helpers: a persistent flush of a region on a file mapping
+// writes the range back (msync) before the request completes.
+//
 // UD works too: a UD receive buffer gets the 40-byte GRH (an IPv6 header
 // with the source and destination GIDs) followed by the payload, and WC
 // flags have WCFlagGRH. UD sends with no posted receive, or with a Q_Key
