@@ -4,6 +4,7 @@
 # driver (siw), in the VM of ../shared/vmlab (root needed; see its README).
 #
 #   interop/perftest.sh             every test, both roles, at each of $SIZES
+#                                   (24 cases, about five minutes once the VM is up)
 #   TESTS="send_bw read_lat" SIZES=4096 interop/perftest.sh
 #   QPS=2 TESTS="send_bw write_bw read_bw" interop/perftest.sh   bandwidth over 2 QPs (-q)
 #   KEEP=1 interop/perftest.sh      leave the VM running afterwards
