@@ -13,7 +13,7 @@
 # It also draws latency and bandwidth against message size (bench/plot, a
 # module of its own so that the main go.mod stays lean).
 #
-#   bench/compare.sh                 (ROUNDS=3: about four minutes)
+#   bench/compare.sh                 (ROUNDS=3: four to six minutes)
 #   ROUNDS=5 OUT=/tmp/b bench/compare.sh
 #
 # Needs Debian's libfabric-bin, ucx-utils and iperf3 (installed with apt-get
@@ -35,6 +35,12 @@ mkdir -p "$OUT"
 # add its device here (GOVERBS_DEVS="iwarp0 shm0", i.e. goverbs perf -d shm0)
 # and its rows sit next to libfabric shm and UCX posix.
 GOVERBS_DEVS=${GOVERBS_DEVS:-iwarp0}
+# Before each size of each round, wait up to IDLE_WAIT seconds for the CPUs
+# to be idle (../shared/bench/src/idlewait.sh: other work shares the machine,
+# and means are sensitive to it); the busy share found is printed.
+SB=${SHARED_BENCH:-../shared/bench}
+IDLE_WAIT=${IDLE_WAIT:-20}
+idle() { if [ -x "$SB/src/idlewait.sh" ] || [ -f "$SB/src/idlewait.sh" ]; then bash "$SB/src/idlewait.sh" "$IDLE_WAIT"; else echo "busy=?"; fi; }
 
 need=""
 command -v fi_pingpong >/dev/null || need="$need libfabric-bin"
@@ -86,6 +92,7 @@ for r in $(seq "$ROUNDS"); do
 	echo "== round $r of $ROUNDS ($(( $(date +%s) - start )) s)"
 	for S in $SIZES; do
 		L=$(lat_iters "$S"); B=$(bw_iters "$S")
+		echo "   $S B: $(idle) before"
 		for dev in $GOVERBS_DEVS; do
 			rec "$r" lat "$S" "goverbs $dev" "$("$OUT/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -json | jsonval t_avg_us)"
 		done

@@ -4,6 +4,7 @@
 # driver (siw), in the VM of ../shared/vmlab (root needed; see its README).
 #
 #   interop/perftest.sh             every test, both roles, at each of $SIZES
+#                                   (24 cases: 3 to 5 minutes, VM start included)
 #   TESTS="send_bw read_lat" SIZES=4096 interop/perftest.sh
 #   QPS=2 TESTS="send_bw write_bw read_bw" interop/perftest.sh   bandwidth over 2 QPs (-q)
 #   KEEP=1 interop/perftest.sh      leave the VM running afterwards
@@ -14,8 +15,10 @@
 # client against a goverbs server. A case passes when both ends exit 0 and
 # the client printed its result line. One line per case, then a summary and
 # the time taken; the exit status is non-zero if any case failed.
-# atomic_lat is not in the matrix: siw has no atomics (atomic_cap 0), so
-# ib_atomic_lat cannot run on it.
+# atomic_lat is not in the matrix: siw has no atomics (atomic_cap 0).
+# ib_atomic_lat -R fails even between two perftest instances on siw0 (the
+# client's first post fails, "Couldn't post send: scnt=1": libsiw refuses
+# the atomic opcode), and goverbs perf -R refuses atomic_lat.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
