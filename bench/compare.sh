@@ -31,10 +31,13 @@ ROUNDS=${ROUNDS:-3}
 SIZES=${SIZES:-"8 4096 65536 1048576"}
 OUT=${OUT:-$(mktemp -d /tmp/goverbs-bench.XXXXXX)}
 mkdir -p "$OUT"
-# The goverbs devices measured. provider/shm does not exist yet: when it lands,
-# add its device here (GOVERBS_DEVS="iwarp0 shm0", i.e. goverbs perf -d shm0)
-# and its rows sit next to libfabric shm and UCX posix.
-GOVERBS_DEVS=${GOVERBS_DEVS:-iwarp0}
+# The goverbs devices measured: iwarp0 (iWARP over loopback TCP) and shm0
+# (shared memory, one-sided operations by the initiator alone). With shm0 the
+# tables also get the same-host floors of ../shared/bench, when it is there:
+# C memcpy of the message (bandwidth) and a Go cache-line ping-pong between
+# two processes (latency), and UCX's one-sided put (ucp_put_bw).
+GOVERBS_DEVS=${GOVERBS_DEVS:-iwarp0 shm0}
+SHARED_BENCH=${SHARED_BENCH:-../shared/bench}
 # Before each size of each round, wait up to IDLE_WAIT seconds for the CPUs
 # to be idle (../shared/bench/src/idlewait.sh: other work shares the machine,
 # and means are sensitive to it); the busy share found is printed.
@@ -52,6 +55,15 @@ if [ -n "$need" ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $need >/dev/null || { echo "apt-get install$need failed"; exit 1; }
 fi
 go build -o "$OUT/goverbs" ./cmd/goverbs || exit 1
+floors=""
+case " $GOVERBS_DEVS " in *" shm0 "*)
+	if [ -f "$SHARED_BENCH/src/memcpy_bw.c" ] && gcc -O2 -o "$OUT/memcpy_bw" "$SHARED_BENCH/src/memcpy_bw.c" &&
+		(cd "$SHARED_BENCH/src/goshm" && go build -o "$OUT/goshm" .); then
+		floors=1
+	else
+		echo "($SHARED_BENCH/src not found or not buildable: no memcpy / cache-line floors)"
+	fi ;;
+esac
 (cd bench/plot && go build -o "$OUT/plot" .) || exit 1
 
 export FI_TCP_IFACE=lo
@@ -100,11 +112,19 @@ for r in $(seq "$ROUNDS"); do
 		rec "$r" lat "$S" "libfabric shm" "$(fi_lat shm rdm "$S" "$((L * 2))")"
 		rec "$r" lat "$S" "UCX tcp" "$(ucx tcp tag_lat "$S" "$L" | cut -d' ' -f1)"
 		rec "$r" lat "$S" "UCX posix" "$(ucx posix,self tag_lat "$S" "$((L * 2))" | cut -d' ' -f1)"
+		if [ -n "$floors" ] && [ "$S" = 8 ]; then
+			rec "$r" lat "$S" "cache-line ping-pong" "$(pair "$OUT/goshm server" "$OUT/goshm client" |
+				sed -n 's/.*one-way p50=\([0-9.]*\)\(n\|µ\)s.*/\1 \2/p' | awk '{print ($2=="n") ? $1/1000 : $1}')"
+		fi
 		for dev in $GOVERBS_DEVS; do
 			rec "$r" bw "$S" "goverbs $dev" "$("$OUT/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
 		done
 		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f2)"
 		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f2)"
+		if [ -n "$floors" ]; then
+			rec "$r" bw "$S" "UCX posix put" "$(ucx posix,self ucp_put_bw "$S" "$B" | cut -d' ' -f2)"
+			rec "$r" bw "$S" "C memcpy" "$("$OUT/memcpy_bw" "$S" 1 | sed -n 's/.*GB\/s=\([0-9.]*\).*/\1/p' | awk '{print $1*1000}')"
+		fi
 		rec "$r" bw "$S" "TCP (iperf3)" "$(iperf "$S")"
 	done
 done

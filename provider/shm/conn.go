@@ -358,13 +358,15 @@ func (c *conn) progress() {
 	if !c.enter() {
 		return
 	}
-	poke := false
+	poke, got := false, 0
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
-		poke = c.consume()
+		poke, got = c.consume()
 		c.consMu.Unlock()
 	}
-	if c.nout.Load() > 0 {
+	// After a delivery the application has a completion to take: the acks
+	// wait for the next poll (unless the send queue fills up).
+	if n := c.nout.Load(); n > 0 && (got == 0 || int(n) > len(c.acks.buf)/2) {
 		if c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped() {
 			c.checkAcks()
 		}

@@ -26,27 +26,28 @@ const (
 )
 
 // consume processes both inbound rings; consMu is held and the caller is
-// inside the segments. It reports whether the peer needs a poke.
-func (c *conn) consume() bool {
-	poke := false
+// inside the segments. It reports whether the peer needs a poke, and how
+// many records it took.
+func (c *conn) consume() (poke bool, got int) {
 	var h rec
 	for {
 		p, ok, err := c.respIn.peek(&h)
 		if err != nil {
 			c.fail(err)
-			return false
+			return false, got
 		}
 		if !ok {
 			break
 		}
 		if !c.response(&h, p) {
-			return false
+			return false, got
 		}
 		c.respIn.advance(&h)
+		got++
 	}
 	poke = c.respIn.publish()
 	if c.stopped.Load() || !c.q.CanReceive() {
-		return poke
+		return poke, got
 	}
 	if c.held.Load() {
 		c.held.Store(false)
@@ -56,7 +57,7 @@ func (c *conn) consume() bool {
 		p, ok, err := c.reqIn.peek(&h)
 		if err != nil {
 			c.fail(err)
-			return false
+			return false, got
 		}
 		if !ok {
 			break
@@ -73,6 +74,7 @@ func (c *conn) consume() bool {
 		}
 		c.reqIn.advance(&h)
 		c.nServed++
+		got++
 	}
 	if c.reqIn.publish() {
 		poke = true
@@ -87,7 +89,7 @@ func (c *conn) consume() bool {
 	if c.respOut.publish() || c.owePoke {
 		poke, c.owePoke = true, false
 	}
-	return poke
+	return poke, got
 }
 
 // nak refuses the request at the consumer's position with status st (for

@@ -299,11 +299,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		putRec(b, &h)
 		c.reqOut.commit(recHdr)
 		c.nRef.Add(1)
-		c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
-		if c.reqOut.publish() {
-			c.poke()
-		}
-		return engine.ResultPending
+		return c.publishAck(w)
 	}
 	maxp := uint32(c.reqOut.maxPayload())
 	c.tx.busy = true
@@ -334,11 +330,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	c.tx.busy = false
 	c.nRing.Add(1)
-	c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
-	if c.reqOut.publish() {
-		c.poke()
-	}
-	return engine.ResultPending
+	return c.publishAck(w)
 }
 
 // ctlMsg puts a one-record request that completes when the peer has
@@ -354,11 +346,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	copy(b[recHdr:], payload)
 	c.reqOut.commit(len(b))
 	c.nRing.Add(1)
-	c.addAck(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
-	if c.reqOut.publish() {
-		c.poke()
-	}
-	return engine.ResultPending
+	return c.publishAck(w)
 }
 
 // reserve is reqOut.reserve, checking the peer's head.
@@ -432,15 +420,21 @@ func (r *ackRing) due(h uint64) bool {
 	return hd != r.tail.Load() && h >= r.ends[hd&r.mask].Load()
 }
 
-// addAck records a request that completes when the peer has consumed it;
-// it runs before the request is published. An application that is not
-// polling is then poked when the peer has consumed it.
-func (c *conn) addAck(e pend) {
-	c.acks.push(e)
+// publishAck records w as completing when the peer has consumed its
+// records, and publishes them.
+func (c *conn) publishAck(w *engine.WQE) engine.Result {
+	// Recorded before the publication: a poke for its consumption must find
+	// it. An application that is not polling asks to be poked then (one
+	// that starts to wait later arms the same flag in wake).
+	c.acks.push(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
 	c.nout.Add(1)
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
+	if c.reqOut.publish() {
+		c.poke()
+	}
+	return engine.ResultPending
 }
 
 // addPend records a request that completes with its response.
