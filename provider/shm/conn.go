@@ -60,6 +60,8 @@ type conn struct {
 	acks  ackRing // done when the peer's head passes them
 	resps pendQ   // done when their response arrives
 	nout  atomic.Int32
+	// ackSkipped: the last progress left the acks for later.
+	ackSkipped atomic.Bool
 	done1 []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
@@ -365,8 +367,14 @@ func (c *conn) progress() {
 		c.consMu.Unlock()
 	}
 	// After a delivery the application has a completion to take: the acks
-	// wait for the next poll (unless the send queue fills up).
-	if n := c.nout.Load(); n > 0 && (got == 0 || int(n) > len(c.acks.buf)/2) {
+	// wait for the next poll (once: a stream of deliveries must not starve
+	// them).
+	acks := got == 0
+	if !acks && c.nout.Load() > 0 {
+		acks = c.ackSkipped.Load()
+		c.ackSkipped.Store(!acks)
+	}
+	if acks && c.nout.Load() > 0 {
 		if c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped() {
 			c.checkAcks()
 		}
