@@ -52,7 +52,7 @@
 // behind the region (msync) before it completes. ATOMIC_WRITE is an atomic
 // store by the initiator in a mapped region, or by the target otherwise.
 //
-// A SEND of up to 32 KiB is copied into the request ring by the sender and
+// A SEND of up to 2 KiB is copied into the request ring by the sender and
 // out of it into the receive buffer by the receiver; a larger one from a
 // region in an AllocBuffer is copied once, by the receiver, straight from
 // the sender's region (which the sender offers the first time); a larger one
