@@ -62,7 +62,7 @@ type conn struct {
 	nout  atomic.Int32
 	// ackSkipped: the last progress left the acks for later.
 	ackSkipped atomic.Bool
-	done1 []done // scratch for completions, used under sqMu
+	done1      []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
 	// sources of its SENDs (the consumer's); replaced ones stay mapped until
