@@ -265,8 +265,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 			break
 		}
 	}
-	q.mu.Unlock()
-	q.progress()
+	q.progressLocked()
 	return perr
 }
 
@@ -396,6 +395,12 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 // into the engine (even for this QP) from Transmit.
 func (q *QP) progress() {
 	q.mu.Lock()
+	q.progressLocked()
+}
+
+// progressLocked is progress entered with q.mu held (PostSend goes on
+// without letting go of the lock); it returns with q.mu released.
+func (q *QP) progressLocked() {
 	if q.txActive {
 		q.mu.Unlock()
 		return
