@@ -128,8 +128,10 @@ const (
 	pollLoopGap = 100 * time.Microsecond // polls closer than this are a polling loop
 	// During a bulk transfer the goroutine busy-reads for up to bulkSpin
 	// before parking: the next chunk is usually microseconds away, while a
-	// wake-up of a parked goroutine costs tens of microseconds here.
-	bulkSpin = 50 * time.Microsecond
+	// wake-up of a parked goroutine costs tens of microseconds here. (1 MiB
+	// RDMA WRITE streaming, 7 interleaved rounds against iperf3: 50 µs gave
+	// 0.94x the TCP stream, 200 µs 1.05x.)
+	bulkSpin = 200 * time.Microsecond
 	bulkFPDU = 16 << 10 // an FPDU payload at least this large marks a bulk transfer
 )
 
