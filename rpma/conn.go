@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -146,7 +147,8 @@ func (c *Conn) start() {
 				ce = ConnUnreachable
 			case rdmacm.EventDisconnected:
 				ce = ConnClosed
-				if ev.Err != nil && !errors.Is(ev.Err, iwarp.ErrDisconnected) && !errors.Is(ev.Err, iwarp.ErrLocalDisconnect) {
+				if ev.Err != nil && !errors.Is(ev.Err, iwarp.ErrDisconnected) && !errors.Is(ev.Err, iwarp.ErrLocalDisconnect) &&
+					!errors.Is(ev.Err, shm.ErrPeerDisconnect) && !errors.Is(ev.Err, shm.ErrLocalDisconnect) {
 					ce = ConnLost
 					logAt(LogWarning, "connection lost", "err", ev.Err)
 				}

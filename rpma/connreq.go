@@ -3,7 +3,6 @@ package rpma
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -37,7 +36,7 @@ func NewConnReq(peer *Peer, addr, port string, cfg *ConnCfg) (*ConnReq, error) {
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return nil, wrap(ErrInval, "port %q", port)
 	}
-	id, err := rdmacm.CreateID(net.JoinHostPort(addr, port))
+	id, err := rdmacm.CreateID(cmAddr(addr, port))
 	if err != nil {
 		return nil, provider("rdma_create_id", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -23,7 +24,8 @@ type Ep struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	down   bool
-	err    error // why the listener stopped
+	port   string // over shm, the port given to Listen
+	err    error  // why the listener stopped
 }
 
 // Listen starts listening for connections at addr and port (rpma_ep_listen);
@@ -36,7 +38,7 @@ func (p *Peer) Listen(addr, port string) (*Ep, error) {
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return nil, wrap(ErrInval, "port %q", port)
 	}
-	id, err := rdmacm.Listen(net.JoinHostPort(addr, port))
+	id, err := rdmacm.Listen(cmAddr(addr, port))
 	if err != nil {
 		return nil, provider("rdma_listen", err)
 	}
@@ -45,6 +47,9 @@ func (p *Peer) Listen(addr, port string) (*Ep, error) {
 		return nil, wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
 	}
 	e := &Ep{peer: p, id: id, reqs: make(chan *rdmacm.ID, 64)}
+	if strings.HasPrefix(addr, "unix:") {
+		e.port = port
+	}
 	if e.note, err = newNotifier(); err != nil {
 		id.Close()
 		return nil, err
@@ -81,10 +86,14 @@ func (e *Ep) accept(ctx context.Context) {
 // Addr returns the address the endpoint listens on.
 func (e *Ep) Addr() net.Addr { return e.id.LocalAddr() }
 
-// Port returns the port the endpoint listens on.
+// Port returns the port the endpoint listens on (over shm: the port it was
+// given).
 func (e *Ep) Port() string {
 	if a, ok := e.Addr().(*net.TCPAddr); ok {
 		return strconv.Itoa(a.Port)
+	}
+	if e.port != "" {
+		return e.port
 	}
 	_, port, _ := net.SplitHostPort(e.Addr().String())
 	return port

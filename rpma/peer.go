@@ -2,6 +2,7 @@ package rpma
 
 import (
 	"net"
+	"strings"
 
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
@@ -11,16 +12,31 @@ import (
 // IP address or host name; rpma_utils_get_ibv_context). Pure-Go goverbs
 // serves every TCP address with its iWARP device, so the result is the same
 // context for local and remote addresses; it is the one package rdmacm
-// connects with, which NewPeer needs.
+// connects with, which NewPeer needs. An address "unix:/path" or
+// "unix:@name" gives the shared-memory device shm0 (peers on one host).
 func IBVContext(addr string) (*verbs.Context, error) {
 	if addr == "" {
 		return nil, wrap(ErrInval, "empty address")
 	}
-	ctx, _, err := rdmacm.DeviceContext(net.JoinHostPort(addr, "0"))
+	ctx, _, err := rdmacm.DeviceContext(cmAddr(addr, "0"))
 	if err != nil {
 		return nil, provider("no device for "+addr, err)
 	}
 	return ctx, nil
+}
+
+// cmAddr is the rdmacm address of addr and port. An address "unix:/path"
+// or "unix:@name" selects goverbs' shared-memory device (same host): the
+// port, unless it is "0", is appended to the socket name (NAME:PORT), so
+// that a client given the endpoint's Port reaches it.
+func cmAddr(addr, port string) string {
+	if strings.HasPrefix(addr, "unix:") {
+		if port == "0" {
+			return addr
+		}
+		return addr + ":" + port
+	}
+	return net.JoinHostPort(addr, port)
 }
 
 // Peer is a local RDMA device ready for connections and memory

@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +25,24 @@ func tctx(t testing.TB) context.Context {
 	return ctx
 }
 
+// testAddr is the address the tests connect over: loopback iWARP, or
+// (tests that set it) shared memory.
+var testAddr = "127.0.0.1"
+
+var unixSeq atomic.Int64
+
+// listenPort is the port to listen on: any free one over TCP, a fresh
+// socket name over shm (the port is part of the name).
+func listenPort() string {
+	if strings.HasPrefix(testAddr, "unix:") {
+		return strconv.FormatInt(unixSeq.Add(1), 10)
+	}
+	return "0"
+}
+
 func newPeer(t testing.TB) *rpma.Peer {
 	t.Helper()
-	ctx, err := rpma.IBVContext("127.0.0.1")
+	ctx, err := rpma.IBVContext(testAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +81,7 @@ type pairOpts struct {
 
 func pair(t testing.TB, sp, cp *rpma.Peer, o pairOpts) (server, client *rpma.Conn) {
 	t.Helper()
-	ep, err := sp.Listen("127.0.0.1", "0")
+	ep, err := sp.Listen(testAddr, listenPort())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +104,7 @@ func pair(t testing.TB, sp, cp *rpma.Peer, o pairOpts) (server, client *rpma.Con
 		c, err := req.Connect(ctx, o.spd)
 		ch <- res{c, err}
 	}()
-	req, err := rpma.NewConnReq(cp, "127.0.0.1", ep.Port(), o.ccfg)
+	req, err := rpma.NewConnReq(cp, testAddr, ep.Port(), o.ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +168,16 @@ func expectEmpty(t testing.TB, cq *rpma.CQ) {
 	}
 }
 
-func TestWriteFlushRead(t *testing.T) {
+func TestWriteFlushRead(t *testing.T) { testWriteFlushRead(t) }
+
+// Over shared memory (shm0) the same operations work, flushes natively.
+func TestWriteFlushReadShm(t *testing.T) {
+	testAddr = fmt.Sprintf("unix:@goverbs-rpma-test-%d", os.Getpid())
+	defer func() { testAddr = "127.0.0.1" }()
+	testWriteFlushRead(t)
+}
+
+func testWriteFlushRead(t *testing.T) {
 	leakcheck.Check(t)
 	for _, ext := range []bool{true, false} {
 		name := "native"
@@ -190,8 +219,9 @@ func TestWriteFlushRead(t *testing.T) {
 			if c.OpContext != 3 || c.Op != rpma.OpFlush || c.Status != verbs.WCSuccess {
 				t.Fatalf("flush completion %+v", c)
 			}
-			if client.NativeFlush() != ext {
-				t.Fatalf("native flush %v with extensions %v", client.NativeFlush(), ext)
+			// Over shm FLUSH is always native (the extensions are iWARP's).
+			if want := ext || strings.HasPrefix(testAddr, "unix:"); client.NativeFlush() != want {
+				t.Fatalf("native flush %v with extensions %v over %s", client.NativeFlush(), ext, testAddr)
 			}
 			if !bytes.Equal(target.Bytes()[100:100+src.Size()], src.Bytes()) {
 				t.Fatalf("target holds %q", target.Bytes()[100:100+src.Size()])
@@ -223,5 +253,22 @@ func TestWriteFlushRead(t *testing.T) {
 			}
 			expectEmpty(t, client.CQ())
 		})
+	}
+}
+
+// The connection tests over shared memory (shm0): the same layer, another
+// provider.
+func TestOverShm(t *testing.T) {
+	testAddr = fmt.Sprintf("unix:@goverbs-rpma-shm-%d", os.Getpid())
+	defer func() { testAddr = "127.0.0.1" }()
+	for name, f := range map[string]func(*testing.T){
+		"DisconnectEventsAndFd": TestDisconnectEventsAndFd,
+		"CompletionChannels":    TestCompletionChannels,
+		"SRQ":                   TestSRQ,
+		"ReceivesOnRCQ":         TestGetCompletionReceivesOnRCQ,
+		"SuccessOnlyWithAlways": TestGetCompletionSuccessOnlyWithCompletionAlways,
+		"ErrorsAlways":          TestGetCompletionErrorsAlways,
+	} {
+		t.Run(name, f)
 	}
 }
