@@ -27,6 +27,17 @@
 // they fall back to librpma's methods. Conn.Flush documents exactly what
 // each type guarantees in each case.
 //
+// # Transports
+//
+// Addresses are librpma's (host and port: iWARP over TCP, device iwarp0),
+// or "unix:/path" / "unix:@name" with any port: goverbs' shared-memory
+// device shm0, for peers on one host, where reads and writes to regions in
+// verbs.AllocBuffer memory are done by the initiator alone and flush is
+// always native (a region on a MapFile mapping is written by the target,
+// which msyncs it for FlushPersistent). Over shm a remote access error
+// fails both QPs as on InfiniBand but does not end the connection: no LOST
+// event until it is closed.
+//
 // # Interoperability with librpma
 //
 // goverbs' counterparts of librpma's examples (examples/rpma) talk to
