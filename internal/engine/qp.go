@@ -747,6 +747,53 @@ func (q *QP) TakeRecv() (*RecvCtx, bool) {
 	return &q.rx, true
 }
 
+// DeliverRecv is TakeRecv, RecvSegments, the copy and CompleteRecv in one
+// step, for a message that arrives whole (a provider's fast path): data goes
+// into the oldest posted receive (the SRQ's when the QP has one), which
+// completes with wc (WRID and QPNum filled in). ok is false when no receive
+// is posted (an RNR). A receive whose buffers fail the checks, or are too
+// small, completes with WCLocProtErr or WCLocLenErr, which st reports; the
+// caller then fails the QP as after CompleteRecv with an error.
+func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool) (ok bool, st verbs.WCStatus) {
+	q.rqMu.Lock()
+	var sge []verbs.SGE
+	if q.srq != nil {
+		if !q.srq.take(&q.rx) {
+			q.rqMu.Unlock()
+			return false, verbs.WCSuccess
+		}
+		wc.WRID, sge = q.rx.WRID, q.rx.SGE
+	} else {
+		if q.rq.head == q.rq.tail {
+			q.rqMu.Unlock()
+			return false, verbs.WCSuccess
+		}
+		r := &q.rq.ring[q.rq.head&q.rq.mask]
+		wc.WRID, sge = r.wrid, r.sge // the slot is not reused while rqMu is held
+		q.rq.head++
+	}
+	n := 0
+	for _, s := range sge {
+		if s.Length == 0 {
+			continue
+		}
+		b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, verbs.AccessLocalWrite)
+		if f != FaultNone {
+			st = verbs.WCLocProtErr
+			break
+		}
+		n += copy(b, data[n:])
+	}
+	if st == verbs.WCSuccess && n < len(data) {
+		st = verbs.WCLocLenErr
+	}
+	q.rqMu.Unlock()
+	wc.Status = st
+	wc.QPNum = q.num
+	q.rcq.push(wc, solicited)
+	return true, st
+}
+
 // CompleteRecv reports a received message (or a receive that failed) on
 // the receive CQ.
 //

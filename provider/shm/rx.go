@@ -132,6 +132,30 @@ func (c *conn) serve(h *rec, p []byte) int {
 	q := c.q
 	switch h.kind {
 	case recSend:
+		if h.flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.rx.active {
+			// A whole message: the engine's one-step delivery.
+			if h.n != h.total {
+				return c.protoErr()
+			}
+			wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
+			if h.flags&fImm != 0 {
+				wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
+			}
+			ok, st := q.DeliverRecv(p, &wc, h.flags&fSolicited != 0)
+			switch {
+			case !ok:
+				return holdRNR
+			case st == verbs.WCLocLenErr:
+				c.nak(verbs.WCRemInvReqErr)
+				q.SetError()
+				return stop
+			case st != verbs.WCSuccess:
+				c.nak(verbs.WCRemOpErr)
+				q.SetError()
+				return stop
+			}
+			return served
+		}
 		if h.flags&fFirst != 0 {
 			if c.rx.active {
 				return c.protoErr()
