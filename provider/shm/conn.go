@@ -57,9 +57,12 @@ type conn struct {
 	// Requests waiting for the peer (sqMu).
 	ackMu sync.Mutex // held while completing
 	sqMu  sync.Mutex
-	acks  ackRing // done when the peer's head passes them
-	resps pendQ   // done when their response arrives
-	nout  atomic.Int32
+	acks  ackRing      // done when the peer's head passes them
+	resps pendQ        // done when their response arrives
+	nresp atomic.Int32 // len(resps), read without the lock
+	// ackHead is the peer's head when checkAcks last looked: until it
+	// moves, nothing in acks can be done.
+	ackHead atomic.Uint64
 	// ackSkipped: the last progress left the acks for later.
 	ackSkipped atomic.Bool
 	done1      []done // scratch for completions, used under sqMu
@@ -343,7 +346,7 @@ func (c *conn) wake() {
 	}
 	atomic.StoreUint32(c.reqIn.c.sleep, 1)
 	atomic.StoreUint32(c.respIn.c.sleep, 1)
-	if c.nout.Load() > 0 || c.stalled.Load() {
+	if c.outstanding() || c.stalled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
 	if c.held.Load() {
@@ -370,12 +373,12 @@ func (c *conn) progress() {
 	// wait for the next poll (once: a stream of deliveries must not starve
 	// them).
 	acks := got == 0
-	if !acks && c.nout.Load() > 0 {
+	if !acks && c.outstanding() {
 		acks = c.ackSkipped.Load()
 		c.ackSkipped.Store(!acks)
 	}
-	if acks && c.nout.Load() > 0 {
-		if c.acks.due(atomic.LoadUint64(c.reqOut.c.head)) || c.peerStopped() {
+	if acks && c.outstanding() {
+		if atomic.LoadUint64(c.reqOut.c.head) != c.ackHead.Load() || c.peerStopped() {
 			c.checkAcks()
 		}
 		if atomic.LoadUint64(c.peer.u64(offRNRPos)) != 0 {

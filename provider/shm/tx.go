@@ -392,7 +392,6 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 // never fills: each entry is a request in the send queue.
 type ackRing struct {
 	buf        []pend
-	ends       []atomic.Uint64 // buf[i].end, for due
 	mask       uint64
 	head, tail atomic.Uint64
 }
@@ -402,22 +401,18 @@ func newAckRing(maxWR int) ackRing {
 	for n < maxWR+1 {
 		n <<= 1
 	}
-	return ackRing{buf: make([]pend, n), ends: make([]atomic.Uint64, n), mask: uint64(n - 1)}
+	return ackRing{buf: make([]pend, n), mask: uint64(n - 1)}
 }
 
 func (r *ackRing) push(e pend) {
 	t := r.tail.Load()
 	r.buf[t&r.mask] = e
-	r.ends[t&r.mask].Store(e.end)
 	r.tail.Store(t + 1)
 }
 
-// due reports, from any goroutine, whether the oldest entry is done by a
-// peer head of h. It is a hint (the entry may be replaced meanwhile):
-// checkAcks decides.
-func (r *ackRing) due(h uint64) bool {
-	hd := r.head.Load()
-	return hd != r.tail.Load() && h >= r.ends[hd&r.mask].Load()
+// outstanding reports whether requests wait for the peer.
+func (c *conn) outstanding() bool {
+	return c.acks.tail.Load() != c.acks.head.Load() || c.nresp.Load() > 0
 }
 
 // publishAck records w as completing when the peer has consumed its
@@ -427,7 +422,6 @@ func (c *conn) publishAck(w *engine.WQE) engine.Result {
 	// it. An application that is not polling asks to be poked then (one
 	// that starts to wait later arms the same flag in wake).
 	c.acks.push(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
-	c.nout.Add(1)
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
@@ -441,7 +435,7 @@ func (c *conn) publishAck(w *engine.WQE) engine.Result {
 func (c *conn) addPend(q *pendQ, e pend) {
 	c.sqMu.Lock()
 	q.push(e)
-	c.nout.Add(1)
+	c.nresp.Add(1)
 	c.sqMu.Unlock()
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
@@ -462,6 +456,7 @@ func (c *conn) checkAcks() {
 	nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
 	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt)))
 	head := atomic.LoadUint64(c.reqOut.c.head)
+	c.ackHead.Store(head)
 	raceAcquire()
 	c.sqMu.Lock()
 	ds := c.done1[:0]
@@ -479,7 +474,6 @@ func (c *conn) checkAcks() {
 			goto resps
 		}
 		c.acks.head.Store(h + 1)
-		c.nout.Add(-1)
 	}
 resps:
 	for c.resps.len() > 0 {
@@ -493,7 +487,7 @@ resps:
 			goto out
 		}
 		c.resps.pop()
-		c.nout.Add(-1)
+		c.nresp.Add(-1)
 	}
 out:
 	// The refused request completes first: its error flushes the rest.
@@ -555,7 +549,6 @@ func (c *conn) checkRNR() {
 		return
 	}
 	c.acks.head.Store(h + 1)
-	c.nout.Add(-1)
 	more := c.q.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
 	c.ackMu.Unlock()
 	if more {
@@ -590,7 +583,7 @@ func (c *conn) popResp(st verbs.WCStatus) {
 	}
 	e := *c.resps.front()
 	c.resps.pop()
-	c.nout.Add(-1)
+	c.nresp.Add(-1)
 	c.sqMu.Unlock()
 	more := c.q.CompleteDeferred(e.w, e.seq, st)
 	c.ackMu.Unlock()
