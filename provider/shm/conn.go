@@ -93,8 +93,9 @@ type conn struct {
 	rnrTimer *time.Timer
 
 	polled    atomic.Bool
-	polls     atomic.Uint64
-	lastPolls uint64
+	// idleMark is set by the socket goroutine's periodic check and cleared
+	// by every poll: still set at the next check means no poll came.
+	idleMark atomic.Bool
 
 	once  sync.Once
 	err   error
@@ -305,7 +306,9 @@ func (c *conn) poke() {
 // PollProgress implements engine.Poller: the application polls a CQ of the
 // QP, so the connection runs in its goroutine and nobody needs poking.
 func (c *conn) PollProgress() {
-	c.polls.Add(1)
+	if c.idleMark.Load() {
+		c.idleMark.Store(false)
+	}
 	// A poll between arming a CQ and waiting on its channel (the verbs
 	// idiom) does not start polled mode: the application is about to block.
 	if !c.polled.Load() && !c.scq.Armed() && !c.rcq.Armed() {
@@ -329,11 +332,9 @@ func (c *conn) PollStop() {
 
 // idleCheck runs when a polling application has not polled for pollIdle.
 func (c *conn) idleCheck() {
-	n := c.polls.Load()
-	if n == c.lastPolls && c.polled.Load() {
+	if c.idleMark.Swap(true) && c.polled.Load() {
 		c.PollStop()
 	}
-	c.lastPolls = n
 }
 
 // wake makes progress on behalf of an application that is not polling,
