@@ -260,8 +260,8 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 			// The buffer is still indexed after the dup, so the dup is of
 			// its memfd (Free unindexes before it closes the fd).
 			if d, err := unix.Dup(buf.Fd()); err == nil {
-				if verbs.BufferOf(mr.Bytes()) == buf {
-					fd = d
+				if _, serr := sealedSize(d); serr == nil && verbs.BufferOf(mr.Bytes()) == buf {
+					fd = d // (a memfd without seals is not offered: the peer would refuse it)
 				} else {
 					unix.Close(d)
 				}
