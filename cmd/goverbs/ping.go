@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/provider/iwarp"
@@ -38,7 +39,7 @@ func ping(args []string) error {
 	var o pingOpts
 	fs.BoolVar(&o.server, "s", false, "server")
 	fs.BoolVar(&o.client, "c", false, "client")
-	fs.StringVar(&o.addr, "a", "", "address (client: the server's; server: the one to bind, default all)")
+	fs.StringVar(&o.addr, "a", "", "address (client: the server's; server: the one to bind, default all); unix:/path or unix:@name: shared memory (shm0) between processes on this host")
 	fs.IntVar(&o.port, "p", 7174, "port")
 	fs.IntVar(&o.count, "C", 0, "ping count (0: forever)")
 	fs.IntVar(&o.size, "S", 64, "ping data size")
@@ -63,6 +64,9 @@ func ping(args []string) error {
 		return errors.New("ping: -c needs -a ADDR")
 	}
 	addr := net.JoinHostPort(o.addr, strconv.Itoa(o.port))
+	if strings.HasPrefix(o.addr, "unix:") {
+		addr = o.addr // shared memory (shm0): the socket name; -p is not used
+	}
 	if o.server {
 		return pingServer(addr, &o)
 	}
