@@ -92,7 +92,7 @@ type conn struct {
 	rnrSince time.Time
 	rnrTimer *time.Timer
 
-	polled    atomic.Bool
+	polled atomic.Bool
 	// idleMark is set by the socket goroutine's periodic check and cleared
 	// by every poll: still set at the next check means no poll came.
 	idleMark atomic.Bool
