@@ -7,7 +7,7 @@ func (x *Conn) Stats() (direct, ring, served uint64) {
 	x.c.consMu.Lock()
 	served = x.c.nServed
 	x.c.consMu.Unlock()
-	return x.c.nDirect.Load(), x.c.nRing.Load(), served
+	return x.c.nDirect, x.c.nRing, served
 }
 
 // Corrupt writes a record the peer must refuse into its request ring.
@@ -28,4 +28,4 @@ func (x *Conn) Corrupt() {
 }
 
 // Refs returns how many SENDs went by reference (copied once, by the receiver).
-func (x *Conn) Refs() uint64 { return x.c.nRef.Load() }
+func (x *Conn) Refs() uint64 { return x.c.nRef }

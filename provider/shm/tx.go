@@ -106,7 +106,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 			off += copy(dst[off:], s)
 		}
 		r.release()
-		c.nDirect.Add(1)
+		c.nDirect++
 		if wr.Opcode == verbs.WRRDMAWrite {
 			return engine.ResultOK
 		}
@@ -129,7 +129,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		}
 		engine.CopyInto(dst, 0, r.at(wr.RemoteAddr, w.Len))
 		r.release()
-		c.nDirect.Add(1)
+		c.nDirect++
 		return engine.ResultOK
 	case verbs.WRFlush:
 		// Always through the target: it is the one that can write its
@@ -165,7 +165,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		if !stored {
 			return c.ctlMsg(w, recAtomicWr, 0, 8, v[:])
 		}
-		c.nDirect.Add(1)
+		c.nDirect++
 		return engine.ResultOK
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		dst, st := q.Sink(w, c.dst[:0])
@@ -193,7 +193,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		}
 		old, aligned := engine.AtomicAt(r.at(wr.RemoteAddr, 8), wr.Opcode, wr.CompareAdd, wr.Swap)
 		r.release()
-		c.nDirect.Add(1)
+		c.nDirect++
 		if !aligned {
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
@@ -298,7 +298,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		h := rec{size: recHdr, kind: recSendRef, flags: flags | fFirst | fLast, imm: imm, addr: wr.SGList[0].Addr, rkey: wr.SGList[0].LKey, total: total}
 		putRec(b, &h)
 		c.reqOut.commit(recHdr)
-		c.nRef.Add(1)
+		c.nRef++
 		return c.publishAck(w)
 	}
 	maxp := uint32(c.reqOut.maxPayload())
@@ -329,7 +329,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 	}
 	c.tx.busy = false
-	c.nRing.Add(1)
+	c.nRing++
 	return c.publishAck(w)
 }
 
@@ -345,7 +345,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	putRec(b, &h)
 	copy(b[recHdr:], payload)
 	c.reqOut.commit(len(b))
-	c.nRing.Add(1)
+	c.nRing++
 	return c.publishAck(w)
 }
 
@@ -376,7 +376,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 		putU64(b[recHdr+8:], wr.Swap)
 	}
 	c.reqOut.commit(len(b))
-	c.nRing.Add(1)
+	c.nRing++
 	// The sink stays resolved until the response comes (a rare path: the
 	// peer's memory could not be mapped), so it gets its own copy.
 	c.addPend(&c.resps, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})
