@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -115,4 +116,13 @@ func (q *QP) checkModify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return fmt.Errorf("%w: destination QP number %#x (24 bits)", verbs.ErrInvalid, a.DestQPNum)
 	}
 	return nil
+}
+
+// rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
+var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+
+// RNRDelay returns the delay a min_rnr_timer code stands for (IBA table).
+func RNRDelay(code uint8) time.Duration {
+	return time.Duration(rnrMicros[code&31]) * time.Microsecond
 }

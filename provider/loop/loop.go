@@ -384,14 +384,8 @@ func (w *wire) rnr(q, p *engine.QP, wqe *engine.WQE) engine.Result {
 	return engine.ResultStall
 }
 
-// rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
-var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
-	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
-
 // RNRDelay returns the delay a min_rnr_timer code stands for.
-func RNRDelay(code uint8) time.Duration {
-	return time.Duration(rnrMicros[code&31]) * time.Microsecond
-}
+func RNRDelay(code uint8) time.Duration { return engine.RNRDelay(code) }
 
 // GRHLen is the size of the Global Routing Header at the start of every UD receive buffer.
 const GRHLen = 40

@@ -531,7 +531,7 @@ func (c *conn) checkRNR() {
 		c.ackMu.Unlock()
 		return
 	}
-	limit := time.Duration(retry) * rnrDelay(uint8(atomic.LoadUint32(c.peer.u32(offMinRNR))))
+	limit := time.Duration(retry) * engine.RNRDelay(uint8(atomic.LoadUint32(c.peer.u32(offMinRNR))))
 	now := time.Now()
 	if c.rnrSeq != e.seq {
 		c.rnrSeq, c.rnrSince = e.seq, now
@@ -555,12 +555,6 @@ func (c *conn) checkRNR() {
 		c.q.Progress()
 	}
 }
-
-// rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
-var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
-	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
-
-func rnrDelay(code uint8) time.Duration { return time.Duration(rnrMicros[code&31]) * time.Microsecond }
 
 // frontResp returns the oldest request waiting for a response.
 func (c *conn) frontResp() (pend, bool) {
