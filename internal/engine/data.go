@@ -188,6 +188,25 @@ func CopyInto(dst [][]byte, off int, src []byte) int {
 	return n
 }
 
+// CopyFrom copies into dst the bytes at byte offset off of the segment list
+// src, and returns the number copied (less than len(dst) when the list is
+// too short): the gather of a payload's piece.
+func CopyFrom(dst []byte, src [][]byte, off int) int {
+	n := 0
+	for _, s := range src {
+		if n == len(dst) {
+			break
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n += copy(dst[n:], s[off:])
+		off = 0
+	}
+	return n
+}
+
 // TotalLen returns the number of bytes in a segment list.
 func TotalLen(segs [][]byte) int {
 	n := 0

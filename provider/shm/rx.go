@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/engine"
@@ -306,7 +307,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 		if h.flags&fCAS != 0 {
 			op = verbs.WRAtomicCmpAndSwp
 		}
-		old, f := q.Atomic(h.rkey, h.addr, op, getU64(p), getU64(p[8:]))
+		old, f := q.Atomic(h.rkey, h.addr, op, binary.NativeEndian.Uint64(p), binary.NativeEndian.Uint64(p[8:]))
 		switch f {
 		case engine.FaultNone:
 		case engine.FaultAlign:
@@ -316,7 +317,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 		}
 		r := rec{size: uint32(len(b)), kind: recAtomicResp, flags: fLast, n: 8, total: 8}
 		putRec(b, &r)
-		putU64(b[recHdr:], old)
+		binary.NativeEndian.PutUint64(b[recHdr:], old) // the sink holds it in host order
 		c.respOut.commit(len(b))
 		return served
 	}

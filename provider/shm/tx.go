@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 
@@ -198,7 +199,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
 		var b [8]byte
-		putU64(b[:], old)
+		binary.NativeEndian.PutUint64(b[:], old) // the sink holds it in host order
 		engine.CopyInto(dst, 0, b[:])
 		return engine.ResultOK
 	}
@@ -321,7 +322,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 			h.flags |= fLast
 		}
 		putRec(b, &h)
-		gather(b[recHdr:recHdr+n], c.src, int(off))
+		engine.CopyFrom(b[recHdr:recHdr+n], c.src, int(off))
 		c.reqOut.commit(len(b))
 		c.tx.off += n
 		if c.tx.off == total {
@@ -372,8 +373,8 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	h := rec{size: uint32(len(b)), kind: kind, flags: flags | fFirst | fLast, n: uint32(n), addr: wr.RemoteAddr, rkey: wr.RKey, total: w.Len}
 	putRec(b, &h)
 	if kind == recAtomicReq {
-		putU64(b[recHdr:], wr.CompareAdd)
-		putU64(b[recHdr+8:], wr.Swap)
+		binary.NativeEndian.PutUint64(b[recHdr:], wr.CompareAdd)
+		binary.NativeEndian.PutUint64(b[recHdr+8:], wr.Swap)
 	}
 	c.reqOut.commit(len(b))
 	c.nRing++
@@ -584,36 +585,4 @@ func (c *conn) popResp(st verbs.WCStatus) {
 	if more {
 		c.q.Progress()
 	}
-}
-
-// gather copies the bytes at offset off of the segment list src into b.
-func gather(b []byte, src [][]byte, off int) {
-	for _, s := range src {
-		if len(b) == 0 {
-			return
-		}
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n := copy(b, s[off:])
-		b = b[n:]
-		off = 0
-	}
-}
-
-func putU64(b []byte, v uint64) {
-	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
-}
-
-func getU64(b []byte) uint64 {
-	_ = b[7]
-	var v uint64
-	for i := range 8 {
-		v |= uint64(b[i]) << (8 * i)
-	}
-	return v
 }
