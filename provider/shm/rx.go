@@ -112,6 +112,34 @@ func (c *conn) fatal(st verbs.WCStatus, ev verbs.EventType) int {
 	return stop
 }
 
+// startRecv takes the receive a SEND of total bytes goes into (c.rx) and
+// checks its buffers: served, holdRNR, or stop after recvErr.
+func (c *conn) startRecv(total uint32) int {
+	rc, ok := c.q.TakeRecv()
+	if !ok {
+		return holdRNR
+	}
+	c.rx = rxState{active: true, rc: rc, total: total, dst: c.rx.dst[:0]}
+	var st verbs.WCStatus
+	if c.rx.dst, st = c.q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
+		return c.recvErr(st, nakFor(st))
+	}
+	if engine.TotalLen(c.rx.dst) < int(total) {
+		return c.recvErr(verbs.WCLocLenErr, nakFor(verbs.WCLocLenErr))
+	}
+	return served
+}
+
+// nakFor is the requester's status for a receive that failed with st
+// (IB: a too-small buffer is the requester's invalid request, anything
+// else an operation error at the responder).
+func nakFor(st verbs.WCStatus) verbs.WCStatus {
+	if st == verbs.WCLocLenErr {
+		return verbs.WCRemInvReqErr
+	}
+	return verbs.WCRemOpErr
+}
+
 // recvErr completes the receive being filled with status st, naks the
 // requester with nst and fails the QP.
 func (c *conn) recvErr(st, nst verbs.WCStatus) int {
@@ -146,12 +174,8 @@ func (c *conn) serve(h *rec, p []byte) int {
 			switch {
 			case !ok:
 				return holdRNR
-			case st == verbs.WCLocLenErr:
-				c.nak(verbs.WCRemInvReqErr)
-				q.SetError()
-				return stop
-			case st != verbs.WCSuccess:
-				c.nak(verbs.WCRemOpErr)
+			case st != verbs.WCSuccess: // the receive completed with st
+				c.nak(nakFor(st))
 				q.SetError()
 				return stop
 			}
@@ -161,17 +185,8 @@ func (c *conn) serve(h *rec, p []byte) int {
 			if c.rx.active {
 				return c.protoErr()
 			}
-			rc, ok := q.TakeRecv()
-			if !ok {
-				return holdRNR
-			}
-			c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
-			var st verbs.WCStatus
-			if c.rx.dst, st = q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
-				return c.recvErr(st, verbs.WCRemOpErr)
-			}
-			if engine.TotalLen(c.rx.dst) < int(h.total) {
-				return c.recvErr(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
+			if r := c.startRecv(h.total); r != served {
+				return r
 			}
 		} else if !c.rx.active {
 			return c.protoErr()
@@ -199,17 +214,8 @@ func (c *conn) serve(h *rec, p []byte) int {
 		if r.fallback || h.addr < r.base || uint64(h.total) > uint64(len(r.mem)) || h.addr-r.base > uint64(len(r.mem))-uint64(h.total) || c.rx.active {
 			return c.protoErr()
 		}
-		rc, ok := q.TakeRecv()
-		if !ok {
-			return holdRNR
-		}
-		c.rx = rxState{active: true, rc: rc, total: h.total, dst: c.rx.dst[:0]}
-		var st verbs.WCStatus
-		if c.rx.dst, st = q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
-			return c.recvErr(st, verbs.WCRemOpErr)
-		}
-		if engine.TotalLen(c.rx.dst) < int(h.total) {
-			return c.recvErr(verbs.WCLocLenErr, verbs.WCRemInvReqErr)
+		if r := c.startRecv(h.total); r != served {
+			return r
 		}
 		if !r.acquire() {
 			// The sender deregistered the region of a SEND in flight.
