@@ -233,6 +233,13 @@ func NewPair(t testing.TB, f Fixture, o PairOpts) (a, b *Side) {
 	return a, b
 }
 
+// ToInit moves an RC QP from RESET to INIT with the given access flags,
+// as a connection manager's QP is before it connects.
+func ToInit(q *verbs.QP, access verbs.AccessFlags) error {
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: access}
+	return q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+}
+
 // WaitTimeout bounds every wait of the suite, so that a broken provider
 // fails a test instead of hanging it. It is not a performance assertion.
 const WaitTimeout = 10 * time.Second

@@ -84,8 +84,7 @@ func TestHelperPeer(t *testing.T) {
 // connects.
 func toInit(t testing.TB, qp *verbs.QP) {
 	t.Helper()
-	a := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead}
-	if err := qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := conformance.ToInit(qp, verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -18,8 +18,7 @@ func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
 	x = conformance.NewSide(b, open(b), verbs.QPTRC, o)
 	y = conformance.NewSide(b, open(b), verbs.QPTRC, o)
 	for _, q := range []*verbs.QP{x.QP, y.QP} {
-		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: conformance.DefaultRC.QPAccessFlags}
-		if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		if err := conformance.ToInit(q, conformance.DefaultRC.QPAccessFlags); err != nil {
 			b.Fatal(err)
 		}
 	}

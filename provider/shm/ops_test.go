@@ -26,8 +26,7 @@ func pairOn(t *testing.T, memfd bool, size int) (a, b *conformance.Side, ca, cb 
 	a = conformance.NewSide(t, open(t), verbs.QPTRC, o)
 	b = conformance.NewSide(t, open(t), verbs.QPTRC, o)
 	for _, q := range []*verbs.QP{a.QP, b.QP} {
-		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: conformance.DefaultRC.QPAccessFlags}
-		if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		if err := conformance.ToInit(q, conformance.DefaultRC.QPAccessFlags); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,8 +69,7 @@ func child(role, addr string) error {
 	if err != nil {
 		return err
 	}
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: acc},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := conformance.ToInit(qp, acc); err != nil {
 		return err
 	}
 	p := cm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(mr)}
@@ -173,9 +172,7 @@ func startChild(t *testing.T, role, addr string) *exec.Cmd {
 // it starts).
 func dialChild(t *testing.T, s *conformance.Side, addr string) *shm.Conn {
 	t.Helper()
-	acc := conformance.DefaultRC.QPAccessFlags
-	if err := s.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: acc},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := conformance.ToInit(s.QP, conformance.DefaultRC.QPAccessFlags); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -338,9 +335,7 @@ func TestKillWriterMidTransfer(t *testing.T) {
 	leakcheck.Check(t)
 	addr := "@" + fmt.Sprintf("goverbs-shm-writer-%d", os.Getpid())
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{BufSize: regionSize, Alloc: directFixture{}.Buffer})
-	acc := conformance.DefaultRC.QPAccessFlags
-	if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: acc},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := conformance.ToInit(b.QP, conformance.DefaultRC.QPAccessFlags); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := shm.Listen(addr)

@@ -84,8 +84,7 @@ func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t
 func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 	t.Helper()
 	for _, q := range []*verbs.QP{a, b} {
-		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: attr.QPAccessFlags}
-		if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		if err := conformance.ToInit(q, attr.QPAccessFlags); err != nil {
 			return err
 		}
 	}
