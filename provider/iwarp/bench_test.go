@@ -45,32 +45,10 @@ func BenchmarkRDMAWrite(b *testing.B) {
 	for _, size := range []int{4096, 65536, 1 << 20} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			x, y := benchPair(b, 2*size)
-			wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, size)},
-				RemoteAddr: y.MR.RemoteAddr(size), RKey: y.MR.RKey()}}
-			wc := make([]verbs.WC, 64)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			out := 0
-			for i := 0; i < b.N; {
-				for out < 32 && i < b.N {
-					if err := x.QP.PostSend(wr); err != nil {
-						b.Fatal(err)
-					}
-					out++
-					i++
-				}
-				n, _ := x.SendCQ.Poll(wc)
-				out -= n
-			}
-			for out > 0 {
-				n, _ := x.SendCQ.Poll(wc)
-				out -= n
-			}
-			// A read after the writes: its completion means they all landed.
-			x.QP.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 8)},
-				RemoteAddr: y.MR.RemoteAddr(size), RKey: y.MR.RKey()}})
-			if err := conformance.Spin(x.SendCQ, wc); err != nil {
+			if err := conformance.WriteStream(x, y, size, b.N, 32); err != nil {
 				b.Fatal(err)
 			}
 		})
