@@ -251,12 +251,8 @@ func readMPA(nc net.Conn, wantReply bool) (wire.MPAFrame, []byte, error) {
 
 // Listener accepts iWARP connection requests.
 type Listener struct {
-	ln   net.Listener
-	reqs chan *Request
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
-	cfg  Config
+	acc *cm.Acceptor[*Request]
+	cfg Config
 }
 
 // Listen listens for MPA connection requests on the TCP address addr.
@@ -265,41 +261,23 @@ func Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{ln: ln, reqs: make(chan *Request), done: make(chan struct{}), cfg: DefaultConfig}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l := &Listener{cfg: DefaultConfig}
+	l.acc = cm.NewAcceptor(ln, l.handshake, func(r *Request) { r.Reject(nil) })
 	return l, nil
 }
 
 // Addr returns the listening address.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+func (l *Listener) Addr() net.Addr { return l.acc.Addr() }
 
 // Close stops listening; requests not yet taken are refused.
 func (l *Listener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.ln.Close()
-	})
-	l.wg.Wait()
+	l.acc.Close()
 	return nil
 }
 
-func (l *Listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		nc, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(nc)
-	}
-}
-
 // handshake reads the MPA Request of a new TCP connection within
-// AcceptTimeout and hands valid requests to Next.
-func (l *Listener) handshake(nc net.Conn) {
-	defer l.wg.Done()
+// AcceptTimeout; a valid one goes to Next.
+func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 	nc.SetReadDeadline(time.Now().Add(l.cfg.AcceptTimeout))
 	req, _, err := readMPA(nc, false)
 	if err != nil {
@@ -313,7 +291,7 @@ func (l *Listener) handshake(nc net.Conn) {
 			}
 		}
 		nc.Close()
-		return
+		return nil, false
 	}
 	if req.Markers {
 		if rep, ok := wire.RejectReply(req, nil); ok {
@@ -321,16 +299,11 @@ func (l *Listener) handshake(nc net.Conn) {
 			nc.Write(b)
 		}
 		nc.Close()
-		return
+		return nil, false
 	}
 	nc.SetReadDeadline(time.Time{})
 	ext := hasExt(&req)
-	r := &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}
-	select {
-	case l.reqs <- r:
-	case <-l.done:
-		r.Reject(nil)
-	}
+	return &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}, true
 }
 
 // Next waits for the next valid connection request.
@@ -343,16 +316,7 @@ func (l *Listener) Next(ctx context.Context) (cm.Request, error) {
 }
 
 // Accept waits for the next valid connection request.
-func (l *Listener) Accept(ctx context.Context) (*Request, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.done:
-		return nil, cm.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (l *Listener) Accept(ctx context.Context) (*Request, error) { return l.acc.Next(ctx) }
 
 // Request is an MPA connection request waiting for Accept or Reject.
 type Request struct {

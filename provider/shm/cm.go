@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -147,11 +146,7 @@ var (
 
 // Listener accepts connection requests on a Unix socket.
 type Listener struct {
-	ln   *net.UnixListener
-	reqs chan *Request
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	acc *cm.Acceptor[*Request]
 }
 
 // Listen listens at addr: a socket path, or "@name" for a name in the
@@ -161,41 +156,18 @@ func Listen(addr string) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
 	}
-	l := &Listener{ln: ln, reqs: make(chan *Request), done: make(chan struct{})}
-	l.wg.Add(1)
-	go l.acceptLoop()
-	return l, nil
+	return &Listener{acc: cm.NewAcceptor(ln, handshake, func(r *Request) { r.Reject(nil) })}, nil
 }
 
 // Addr returns the listening address.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+func (l *Listener) Addr() net.Addr { return l.acc.Addr() }
 
 // Close stops listening; requests not yet accepted are rejected.
-func (l *Listener) Close() error {
-	var err error
-	l.once.Do(func() {
-		close(l.done)
-		err = l.ln.Close()
-		l.wg.Wait()
-	})
-	return err
-}
-
-func (l *Listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		uc, err := l.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		l.wg.Add(1)
-		go l.handshake(uc)
-	}
-}
+func (l *Listener) Close() error { return l.acc.Close() }
 
 // handshake reads a hello; a malformed one closes the socket.
-func (l *Listener) handshake(uc *net.UnixConn) {
-	defer l.wg.Done()
+func handshake(nc net.Conn) (*Request, bool) {
+	uc := nc.(*net.UnixConn)
 	uc.SetReadDeadline(time.Now().Add(AcceptTimeout))
 	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
 	msg, fds, err := readMsg(uc, buf, oob)
@@ -206,15 +178,10 @@ func (l *Listener) handshake(uc *net.UnixConn) {
 	if err != nil || s.typ != msgHello || len(fds) != 1 {
 		closeFds(fds)
 		uc.Close()
-		return
+		return nil, false
 	}
 	uc.SetReadDeadline(time.Time{})
-	r := &Request{uc: uc, hello: s, fd: fds[0]}
-	select {
-	case l.reqs <- r:
-	case <-l.done:
-		r.Reject(nil)
-	}
+	return &Request{uc: uc, hello: s, fd: fds[0]}, true
 }
 
 // Next waits for the next valid connection request.
@@ -227,16 +194,7 @@ func (l *Listener) Next(ctx context.Context) (cm.Request, error) {
 }
 
 // Accept waits for the next valid connection request.
-func (l *Listener) Accept(ctx context.Context) (*Request, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.done:
-		return nil, cm.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (l *Listener) Accept(ctx context.Context) (*Request, error) { return l.acc.Next(ctx) }
 
 // Request is a connection request waiting for Accept or Reject.
 type Request struct {
