@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -491,14 +492,20 @@ resps:
 		c.nresp.Add(-1)
 	}
 out:
-	// The refused request completes first: its error flushes the rest.
-	for i, d := range ds {
-		if d.st == nakSt && nakPos != 0 && i > 0 {
-			copy(ds[1:i+1], ds[:i])
-			ds[0] = d
-			break
+	// The two queues were walked one after the other; complete in the order
+	// the peer ended the requests: those it executed (they precede its
+	// refusal), then the refused one (its error flushes the rest), then the
+	// others.
+	rank := func(d done) int {
+		switch {
+		case d.st == verbs.WCSuccess:
+			return 0
+		case nakPos != 0 && d.st == nakSt:
+			return 1
 		}
+		return 2
 	}
+	slices.SortStableFunc(ds, func(a, b done) int { return rank(a) - rank(b) })
 	c.done1 = ds[:0]
 	c.sqMu.Unlock()
 	more := false
