@@ -38,15 +38,8 @@ func connCfg(o *common.Opts) *rpma.ConnCfg {
 	return cfg
 }
 
-func pmemPath(args []string) string {
-	if len(args) > 0 {
-		return args[0]
-	}
-	return ""
-}
-
 func server(ctx context.Context, o *common.Opts, args []string) error {
-	mem, err := common.MapWithSignature(pmemPath(args), common.HelloStrSize, nil)
+	mem, err := common.MapWithSignature(common.PmemPath(args), common.HelloStrSize, nil)
 	if err != nil {
 		return err
 	}
@@ -118,7 +111,7 @@ func server(ctx context.Context, o *common.Opts, args []string) error {
 }
 
 func client(ctx context.Context, o *common.Opts, args []string) error {
-	mem, err := common.MapWithSignature(pmemPath(args), common.HelloSize, common.InitHello)
+	mem, err := common.MapWithSignature(common.PmemPath(args), common.HelloSize, common.InitHello)
 	if err != nil {
 		return err
 	}

@@ -142,3 +142,12 @@ func (m *Mem) Persist(off, n int) error {
 	}
 	return nil
 }
+
+// PmemPath is the optional <pmem-path> argument of the persistent examples
+// ("" when absent: the region is then volatile memory).
+func PmemPath(args []string) string {
+	if len(args) > 0 {
+		return args[0]
+	}
+	return ""
+}
