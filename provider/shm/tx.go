@@ -381,7 +381,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	c.nRing++
 	// The sink stays resolved until the response comes (a rare path: the
 	// peer's memory could not be mapped), so it gets its own copy.
-	c.addPend(&c.resps, pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})
+	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})
 	if c.reqOut.publish() {
 		c.poke()
 	}
@@ -433,10 +433,10 @@ func (c *conn) publishAck(w *engine.WQE) engine.Result {
 	return engine.ResultPending
 }
 
-// addPend records a request that completes with its response.
-func (c *conn) addPend(q *pendQ, e pend) {
+// addResp records a request that completes with its response.
+func (c *conn) addResp(e pend) {
 	c.sqMu.Lock()
-	q.push(e)
+	c.resps.push(e)
 	c.nresp.Add(1)
 	c.sqMu.Unlock()
 	if !c.polled.Load() {
