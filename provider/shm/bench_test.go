@@ -11,7 +11,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
+func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 	b.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64},
 		CQE: 1024, Alloc: directFixture{}.Buffer}

@@ -3,6 +3,7 @@ package shm
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,4 +69,69 @@ func BenchmarkRingPingPong(b *testing.B) {
 	el := time.Since(t0)
 	wg.Wait()
 	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/2, "ns/oneway")
+}
+
+// TestRingRewind checks that a producer whose consumer has taken everything
+// goes back to the start of the ring once past hotSize (a pad to the end),
+// that the consumer follows, and that it does not rewind while records are
+// unconsumed.
+func TestRingRewind(t *testing.T) {
+	l := layout{reqSize: 64 << 10, respSize: 4096, slots: 8}
+	s, fd, err := newSegment(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFds([]int{fd})
+	defer s.unmap()
+	var p prodRing
+	var c consRing
+	p.init(s, ctlReq, l.reqOff(), l.reqSize)
+	c.init(s, ctlReq, l.reqOff(), l.reqSize)
+	put := func(v uint32) {
+		t.Helper()
+		b := p.reserve(recSize(8))
+		if b == nil {
+			t.Fatal("ring full")
+		}
+		putRec(b, &rec{size: uint32(len(b)), kind: recSend, flags: fFirst | fLast, n: 8, imm: v, total: 8})
+		p.commit(len(b))
+		p.publish()
+	}
+	take := func(v uint32) {
+		t.Helper()
+		var h rec
+		_, ok, err := c.peek(&h)
+		if err != nil || !ok || h.imm != v {
+			t.Fatalf("peek: %v %v imm %d, want %d", err, ok, h.imm, v)
+		}
+		c.advance(&h)
+		c.publish()
+	}
+	var v uint32
+	for p.tail < hotSize {
+		put(v)
+		take(v)
+		v++
+	}
+	// Unconsumed: no rewind.
+	put(v)
+	before := p.tail
+	p.rewind(atomic.LoadUint64(p.c.head))
+	if p.tail != before {
+		t.Fatalf("rewound over an unconsumed record (tail %d -> %d)", before, p.tail)
+	}
+	take(v)
+	v++
+	p.rewind(atomic.LoadUint64(p.c.head))
+	if p.tail&p.mask != 0 {
+		t.Fatalf("consumer caught up past hotSize, but the tail stays at offset %d", p.tail&p.mask)
+	}
+	for range 3 {
+		put(v)
+		take(v)
+		v++
+	}
+	if c.head&c.mask != 3*uint64(recSize(8)) {
+		t.Fatalf("consumer at offset %d after the rewind, want %d", c.head&c.mask, 3*recSize(8))
+	}
 }

@@ -353,6 +353,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 
 // reserve is reqOut.reserve, checking the peer's head.
 func (c *conn) reserve(n int) []byte {
+	c.reqOut.rewind(c.ackHead.Load())
 	b := c.reqOut.reserve(n)
 	if b == nil && c.reqOut.refreshHead() != nil {
 		c.fail(errCorrupt)
