@@ -53,6 +53,9 @@ type conn struct {
 	stopped atomic.Bool // our QP failed: consume nothing more
 	held    atomic.Bool // the request consumer waits (RNR, response ring full)
 	owePoke bool        // a publish asked for a poke not yet sent
+	// ackable is the request ring's head whose publication a poll deferred
+	// (see deferAck); Shutdown publishes it before the QP's failure.
+	ackable atomic.Uint64
 
 	// Requests waiting for the peer (sqMu).
 	ackMu sync.Mutex // held while completing
@@ -429,6 +432,7 @@ func (c *conn) RecvPosted(q *engine.QP) {
 func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
 	c.stopped.Store(true)
 	if c.enter() {
+		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
 		atomic.StoreUint32(c.mine.u32(offState), stateErr)
 		c.leave()
 		c.poke()

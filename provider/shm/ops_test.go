@@ -260,3 +260,49 @@ func TestLargeSendByReference(t *testing.T) {
 		t.Fatalf("%d SENDs by reference, want 3", r)
 	}
 }
+
+// In polled mode a receiver acknowledges what it consumed at its next poll
+// (deferred, see deferAck). The sender's completion must still come when
+// the receiver stops polling altogether (the socket goroutine ends polled
+// mode after pollIdle), and when the receiver's QP fails right after the
+// receive: what it consumed was executed, so the sender sees success, not
+// the failure's RETRY_EXC_ERR.
+func TestDeferredAck(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "fail"}[fail], func(t *testing.T) {
+			leakcheck.Check(t)
+			a, b, _, _ := pairOn(t, true, 4096)
+			b.MustPostRecv(t, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
+			// Both busy-poll (polled mode: the sender asks for no prompt
+			// acknowledgement); the receiver until the message is in.
+			a.SendCQ.Poll(make([]verbs.WC, 1))
+			b.RecvCQ.Poll(make([]verbs.WC, 1))
+			a.MustPostSend(t, wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0))
+			rwc := make([]verbs.WC, 1)
+			if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
+				t.Fatal(err)
+			}
+			conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+			if fail {
+				if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The receiver polls no more; the sender waits for its completion.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			wc := make([]verbs.WC, 1)
+			for {
+				if n, err := a.SendCQ.Poll(wc); err != nil {
+					t.Fatal(err)
+				} else if n == 1 {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatal("the SEND never completed after the receiver stopped polling")
+				}
+			}
+			conformance.ExpectWC(t, wc[0], 1, verbs.WCSuccess, verbs.WCSend)
+		})
+	}
+}
