@@ -30,6 +30,10 @@ type WQE struct {
 // Seq identifies the request for QP.Complete; slots are reused, sequence numbers are not.
 func (w *WQE) Seq() uint64 { return w.seq }
 
+// Signaled reports whether the request produces a completion when it
+// succeeds (SendSignaled, or a QP that signals all): someone waits for it.
+func (w *WQE) Signaled() bool { return w.signaled }
+
 type wqeState uint8
 
 const (

@@ -37,6 +37,7 @@ type conn struct {
 
 	// Transmit's state (the engine runs one Transmit at a time per QP).
 	reqOut  prodRing
+	sqCap   int // max_send_wr
 	tx      txState
 	src     [][]byte
 	dst     [][]byte
@@ -113,6 +114,7 @@ func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32
 		dying:  make(chan struct{}), done: make(chan struct{})}
 	_, init, _ := q.Query()
 	c.acks = newAckRing(init.Cap.MaxSendWR)
+	c.sqCap = init.Cap.MaxSendWR
 	l := mine.l
 	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
 	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)

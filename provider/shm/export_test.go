@@ -29,3 +29,11 @@ func (x *Conn) Corrupt() {
 
 // Refs returns how many SENDs went by reference (copied once, by the receiver).
 func (x *Conn) Refs() uint64 { return x.c.nRef }
+
+// Unacked reports whether the connection consumed requests it has not
+// acknowledged yet (the head it published is behind the one it reached).
+func (x *Conn) Unacked() bool {
+	x.c.consMu.Lock()
+	defer x.c.consMu.Unlock()
+	return x.c.reqIn.pub != x.c.reqIn.head
+}

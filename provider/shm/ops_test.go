@@ -17,6 +17,7 @@ import (
 // (memfd) when memfd is true, and from the Go heap otherwise.
 func pairOn(t *testing.T, memfd bool, size int) (a, b *conformance.Side, ca, cb interface {
 	Stats() (uint64, uint64, uint64)
+	Unacked() bool
 }) {
 	t.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
@@ -261,48 +262,82 @@ func TestLargeSendByReference(t *testing.T) {
 	}
 }
 
-// In polled mode a receiver acknowledges what it consumed at its next poll
-// (deferred, see deferAck). The sender's completion must still come when
-// the receiver stops polling altogether (the socket goroutine ends polled
-// mode after pollIdle), and when the receiver's QP fails right after the
-// receive: what it consumed was executed, so the sender sees success, not
-// the failure's RETRY_EXC_ERR.
+// In polled mode a receiver acknowledges an unsignaled request it consumed
+// at its next poll (deferred, see deferAck). The acknowledgement must still
+// come when the receiver stops polling altogether (the socket goroutine
+// ends polled mode after pollIdle), and when the receiver's QP fails right
+// after the receive: what it consumed was executed, so the sender must not
+// see the failure's RETRY_EXC_ERR for it.
 func TestDeferredAck(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(map[bool]string{false: "idle", true: "fail"}[fail], func(t *testing.T) {
 			leakcheck.Check(t)
-			a, b, _, _ := pairOn(t, true, 4096)
+			a, b, _, cb := pairOn(t, true, 4096)
 			b.MustPostRecv(t, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
 			// Both busy-poll (polled mode: the sender asks for no prompt
 			// acknowledgement); the receiver until the message is in.
 			a.SendCQ.Poll(make([]verbs.WC, 1))
 			b.RecvCQ.Poll(make([]verbs.WC, 1))
-			a.MustPostSend(t, wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0))
+			w := wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
+			w.Flags = 0
+			a.MustPostSend(t, w)
 			rwc := make([]verbs.WC, 1)
 			if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
 				t.Fatal(err)
 			}
 			conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+			if !cb.Unacked() {
+				t.Fatal("the unsignaled SEND was acknowledged in the poll that received it")
+			}
 			if fail {
 				if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
 					t.Fatal(err)
 				}
-			}
-			// The receiver polls no more; the sender waits for its completion.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			wc := make([]verbs.WC, 1)
-			for {
-				if n, err := a.SendCQ.Poll(wc); err != nil {
-					t.Fatal(err)
-				} else if n == 1 {
-					break
+				// The next request fails; the first, executed, must not.
+				a.MustPostSend(t, wr(2, verbs.WRSend, a.MR.SGE(0, 8), 0, 0))
+				wc := conformance.Poll1(t, a.SendCQ)
+				if wc.WRID != 2 || wc.Status == verbs.WCSuccess {
+					t.Fatalf("first completion after the receiver failed: %+v, want wr_id 2 failing", wc)
 				}
-				if ctx.Err() != nil {
-					t.Fatal("the SEND never completed after the receiver stopped polling")
-				}
+				return
 			}
-			conformance.ExpectWC(t, wc[0], 1, verbs.WCSuccess, verbs.WCSend)
+			// The receiver polls no more; the sender keeps polling.
+			deadline := time.Now().Add(5 * time.Second)
+			for cb.Unacked() {
+				a.SendCQ.Poll(make([]verbs.WC, 1))
+				if time.Now().After(deadline) {
+					t.Fatal("the SEND was never acknowledged after the receiver stopped polling")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
 		})
+	}
+}
+
+// Which consumed requests a polling receiver acknowledges in the same poll:
+// a signaled SEND at once (its sender waits for the completion), an
+// unsignaled one at the next poll.
+func TestAckTiming(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, _, cb := pairOn(t, true, 4096)
+	a.SendCQ.Poll(make([]verbs.WC, 1)) // both in polled mode
+	b.RecvCQ.Poll(make([]verbs.WC, 1))
+	rwc := make([]verbs.WC, 1)
+	for i, signaled := range []bool{true, false, true} {
+		b.MustPostRecv(t, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
+		w := wr(uint64(i), verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
+		if !signaled {
+			w.Flags = 0
+		}
+		a.MustPostSend(t, w)
+		if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
+			t.Fatal(err)
+		}
+		if got := cb.Unacked(); got == signaled {
+			t.Fatalf("SEND %d (signaled %v): left unacknowledged after the poll that received it: %v", i, signaled, got)
+		}
+		if signaled {
+			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(i), verbs.WCSuccess, verbs.WCSend)
+		}
 	}
 }

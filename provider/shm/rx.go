@@ -56,7 +56,7 @@ func (c *conn) consume() (poke bool, got int) {
 	if c.held.Load() {
 		c.held.Store(false)
 	}
-	rnr := false
+	rnr, ackNow := false, false
 	for !c.peerFailed() { // a failed peer's requests are not executed: it flushed them
 		p, ok, err := c.reqIn.peek(&h)
 		if err != nil {
@@ -66,6 +66,7 @@ func (c *conn) consume() (poke bool, got int) {
 		if !ok {
 			break
 		}
+		ackNow = ackNow || h.flags&fAck != 0
 		r := c.serve(&h, p)
 		if r == hold || r == holdRNR {
 			c.held.Store(true)
@@ -81,14 +82,15 @@ func (c *conn) consume() (poke bool, got int) {
 		got++
 	}
 	// In polled mode the consumed requests are acknowledged (the head
-	// published) at the next poll, not now: publishing writes a line the
-	// requester reads, and the store would hold up this poll, which is
-	// about to hand the application its completion (measured: tens of ns
-	// of each one-way trip). A poll comes soon in polled mode, and the
-	// socket goroutine ends polled mode (publishing) after pollIdle. A
-	// requester waiting for room or order, a held request, or a ring a
-	// quarter consumed is answered at once.
-	if c.deferAck(got, rnr) {
+	// published) at the next poll, not in this one, which is about to hand
+	// the application its completion: the store writes a line the requester
+	// reads and would hold this poll up (measured: tens of ns of each
+	// one-way trip). A poll comes soon in polled mode, and the socket
+	// goroutine ends polled mode (publishing) after pollIdle. Acknowledged
+	// at once: a request someone waits for (fAck: signaled, or the
+	// requester's send queue is filling), a requester waiting for room or
+	// order, a held request, a ring a quarter consumed.
+	if !ackNow && c.deferAck(got, rnr) {
 		c.ackable.Store(c.reqIn.head)
 	} else if c.reqIn.publish() {
 		poke = true

@@ -169,6 +169,7 @@ const (
 	fInv       = 1 << 3 // imm carries the rkey to invalidate
 	fSolicited = 1 << 4
 	fCAS       = 1 << 5 // atomic: compare-and-swap (else fetch-and-add)
+	fAck       = 1 << 6 // the requester waits for this record's acknowledgement (see deferAck)
 )
 
 // rec is a decoded record header.

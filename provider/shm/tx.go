@@ -282,6 +282,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	if wr.Flags&verbs.SendSolicited != 0 {
 		flags |= fSolicited
 	}
+	flags |= c.ackFlag(w)
 	if kind == recImm {
 		total = 0 // the data went directly; the record carries the length
 	}
@@ -343,7 +344,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	if b == nil {
 		return c.stall()
 	}
-	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast, n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
+	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast | c.ackFlag(w), n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
 	putRec(b, &h)
 	copy(b[recHdr:], payload)
 	c.reqOut.commit(len(b))
@@ -416,6 +417,16 @@ func (r *ackRing) push(e pend) {
 // outstanding reports whether requests wait for the peer.
 func (c *conn) outstanding() bool {
 	return c.acks.tail.Load() != c.acks.head.Load() || c.nresp.Load() > 0
+}
+
+// ackFlag is fAck for a request whose acknowledgement someone waits for:
+// a signaled one, or any once half the send queue waits for acknowledgements
+// (unsignaled requests hold their slots until then).
+func (c *conn) ackFlag(w *engine.WQE) uint8 {
+	if w.Signaled() || c.acks.tail.Load()-c.acks.head.Load() >= uint64(c.sqCap/2) {
+		return fAck
+	}
+	return 0
 }
 
 // publishAck records w as completing when the peer has consumed its
