@@ -869,7 +869,7 @@ func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)},
 		RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}}
 	wc := make([]verbs.WC, 4)
-	d := make([]time.Duration, 0, c.Iters)
+	d := samples(c.Iters)
 	start := time.Now()
 	for i := range c.Iters {
 		t0 := time.Now()
