@@ -1001,6 +1001,28 @@ func (noWire) Transmit(*QP, *WQE) Result { return Fail(verbs.WCRetryExcErr) }
 func (noWire) RecvPosted(*QP)            {}
 func (noWire) Shutdown(*QP, bool)        {}
 
+// CMWire is the wire of a QP that only a connection manager connects, until
+// it does: the application's own moves to RTR and RTS fail with Err, and
+// anything posted meanwhile is flushed.
+type CMWire struct{ Err error }
+
+// Modify implements Wire.
+func (w CMWire) Modify(q *QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSRTR || to == verbs.QPSRTS {
+		return w.Err
+	}
+	return nil
+}
+
+// Transmit implements Wire.
+func (CMWire) Transmit(*QP, *WQE) Result { return Fail(verbs.WCWRFlushErr) }
+
+// RecvPosted implements Wire.
+func (CMWire) RecvPosted(*QP) {}
+
+// Shutdown implements Wire.
+func (CMWire) Shutdown(*QP, bool) {}
+
 // ConnectedTo reports whether the QP can receive from the QP numbered n: it
 // is in RTR, RTS or SQD and, for RC, its destination is n.
 func (q *QP) ConnectedTo(n uint32) bool {

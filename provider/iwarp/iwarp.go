@@ -171,7 +171,7 @@ var dev = engine.NewDevice(engine.Config{
 		LinkLayer:  verbs.LinkLayerEthernet,
 		PhysState:  5,
 	},
-	NewWire: func(q *engine.QP) engine.Wire { return idleWire{} },
+	NewWire: func(q *engine.QP) engine.Wire { return engine.CMWire{Err: errCMOnly} },
 })
 
 type provider struct{}
@@ -182,19 +182,3 @@ func init() {
 	verbs.RegisterProvider("iwarp", provider{})
 	cm.Register(transport{})
 }
-
-// idleWire is the wire of a QP not connected yet: user-driven transitions
-// beyond INIT are refused, since the connection manager connects iWARP QPs.
-type idleWire struct{}
-
-func (idleWire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if to == verbs.QPSRTR || to == verbs.QPSRTS {
-		return errCMOnly
-	}
-	return nil
-}
-func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result {
-	return engine.Fail(verbs.WCWRFlushErr)
-}
-func (idleWire) RecvPosted(*engine.QP)     {}
-func (idleWire) Shutdown(*engine.QP, bool) {}

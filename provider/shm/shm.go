@@ -161,7 +161,7 @@ var dev = engine.NewDevice(engine.Config{
 		LinkLayer:  verbs.LinkLayerUnspecified,
 		PhysState:  5,
 	},
-	NewWire: func(q *engine.QP) engine.Wire { return idleWire{} },
+	NewWire: func(q *engine.QP) engine.Wire { return engine.CMWire{Err: errCMOnly} },
 })
 
 func gidOf(guid uint64) verbs.GID {
@@ -179,18 +179,3 @@ func init() {
 	verbs.RegisterProvider("shm", provider{})
 	cm.Register(transport{})
 }
-
-// idleWire is the wire of a QP that is not connected.
-type idleWire struct{}
-
-func (idleWire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if to == verbs.QPSRTR || to == verbs.QPSRTS {
-		return errCMOnly
-	}
-	return nil
-}
-func (idleWire) Transmit(*engine.QP, *engine.WQE) engine.Result {
-	return engine.Fail(verbs.WCWRFlushErr)
-}
-func (idleWire) RecvPosted(*engine.QP)     {}
-func (idleWire) Shutdown(*engine.QP, bool) {}
