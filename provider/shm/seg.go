@@ -206,22 +206,31 @@ func getRec(b []byte, r *rec) {
 
 func recSize(payload int) int { return (recHdr + payload + 7) &^ 7 }
 
+// ring is what both ends know of a ring: its control words and its data.
+type ring struct {
+	c    ringCtl
+	data []byte
+	mask uint64
+}
+
+func (r *ring) init(s *segment, ctl, off, size int) {
+	r.c = s.ctl(ctl)
+	r.data = s.mem[off : off+size : off+size]
+	r.mask = uint64(size - 1)
+}
+
 // prodRing is the producing end of a ring in the peer's segment. Its
 // position is private (the peer cannot move it); the peer's head is read
 // and checked.
 type prodRing struct {
-	c    ringCtl
-	data []byte
-	mask uint64
+	ring
 	tail uint64 // private: published with publish
 	pub  uint64 // the tail last published
 	head uint64 // the peer's head, last read
 }
 
 func (r *prodRing) init(s *segment, ctl, off, size int) {
-	r.c = s.ctl(ctl)
-	r.data = s.mem[off : off+size : off+size]
-	r.mask = uint64(size - 1)
+	r.ring.init(s, ctl, off, size)
 	r.tail = atomic.LoadUint64(r.c.tail)
 	r.head, r.pub = r.tail, r.tail
 }
@@ -305,18 +314,10 @@ func (r *prodRing) publish() bool {
 
 // consRing is the consuming end of a ring in our own segment.
 type consRing struct {
-	c    ringCtl
-	data []byte
-	mask uint64
+	ring
 	head uint64 // private: published with publish
 	pub  uint64 // the head last published
 	tail uint64 // the producer's tail, last read
-}
-
-func (r *consRing) init(s *segment, ctl, off, size int) {
-	r.c = s.ctl(ctl)
-	r.data = s.mem[off : off+size : off+size]
-	r.mask = uint64(size - 1)
 }
 
 var errCorrupt = errors.New("shm: peer corrupted the shared ring")
