@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -107,4 +109,25 @@ func WriteStream(x, y *Side, size, n, depth int) error {
 		return err
 	}
 	return Spin(x.SendCQ, wc)
+}
+
+// BenchPingPong runs b.N round trips of PingPong and reports half their
+// mean (ns/oneway, what perftest's send_lat and fi_pingpong report), median
+// and 99th percentile. The round-trip array is written before the timer
+// starts: its first-touch page faults are not the transport's.
+func BenchPingPong(b *testing.B, x, y *Side) {
+	rtt := make([]time.Duration, b.N)
+	for i := range rtt {
+		rtt[i] = 1
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := PingPong(x, y, b.N, rtt); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	slices.Sort(rtt)
+	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
+	b.ReportMetric(float64(rtt[len(rtt)*99/100].Nanoseconds())/2, "ns/oneway-p99")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
 }

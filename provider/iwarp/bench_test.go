@@ -2,9 +2,7 @@ package iwarp_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
@@ -26,17 +24,7 @@ func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
 // fi_pingpong report.
 func BenchmarkSendRecvPingPong(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	rtt := make([]time.Duration, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := conformance.PingPong(x, y, b.N, rtt); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	slices.Sort(rtt)
-	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
-	b.ReportMetric(float64(rtt[len(rtt)*99/100].Nanoseconds())/2, "ns/oneway-p99")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
+	conformance.BenchPingPong(b, x, y)
 }
 
 // BenchmarkRDMAWrite measures RDMA WRITE bandwidth from completed bytes,

@@ -2,9 +2,7 @@ package shm_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
@@ -31,17 +29,7 @@ func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 // (the figure of perftest's send_lat and UCX's ucp_am_lat).
 func BenchmarkSendRecvPingPong(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	rtt := make([]time.Duration, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := conformance.PingPong(x, y, b.N, rtt); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	slices.Sort(rtt)
-	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
-	b.ReportMetric(float64(rtt[len(rtt)*99/100].Nanoseconds())/2, "ns/oneway-p99")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
+	conformance.BenchPingPong(b, x, y)
 }
 
 // BenchmarkRDMAWrite measures RDMA WRITE bandwidth to memfd memory (the
