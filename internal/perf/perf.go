@@ -350,28 +350,13 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	return r, err
 }
 
-// Loopback runs a server and a client in this process over addr (host:port).
+// Loopback runs a server and a client in this process over addr (host:port,
+// or unix:... for shared memory).
 func Loopback(ctx context.Context, addr string, c Config) (Result, error) {
 	if err := c.Check(); err != nil {
 		return Result{}, err
 	}
-	ln, err := rdmacm.Listen(addr)
-	if err != nil {
-		return Result{}, err
-	}
-	defer ln.Close()
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, ln, c) }()
-	dial := ln.LocalAddr().String()
-	if strings.HasPrefix(addr, "unix:") {
-		dial = "unix:" + dial
-	}
-	r, err := Run(ctx, dial, c)
-	serr := <-served
-	if err == nil {
-		err = serr
-	}
-	return r, err
+	return loopback(ctx, addr, c, Serve, Run)
 }
 
 // LoopbackPerftest runs a perftest-protocol server and client (-R) in this
@@ -380,6 +365,13 @@ func LoopbackPerftest(ctx context.Context, addr string, c Config) (Result, error
 	if err := c.checkPerftest(); err != nil {
 		return Result{}, err
 	}
+	return loopback(ctx, addr, c, ServePerftest, RunPerftest)
+}
+
+// loopback listens on addr, serves one run in a goroutine (without
+// progress reports: the client makes them) and runs the client against it.
+func loopback(ctx context.Context, addr string, c Config,
+	serve func(context.Context, *rdmacm.ID, Config) error, run func(context.Context, string, Config) (Result, error)) (Result, error) {
 	ln, err := rdmacm.Listen(addr)
 	if err != nil {
 		return Result{}, err
@@ -388,10 +380,13 @@ func LoopbackPerftest(ctx context.Context, addr string, c Config) (Result, error
 	sc := c
 	sc.Progress = nil
 	served := make(chan error, 1)
-	go func() { served <- ServePerftest(ctx, ln, sc) }()
-	r, err := RunPerftest(ctx, ln.LocalAddr().String(), c)
-	serr := <-served
-	if err == nil {
+	go func() { served <- serve(ctx, ln, sc) }()
+	dial := ln.LocalAddr().String()
+	if strings.HasPrefix(addr, "unix:") {
+		dial = "unix:" + dial
+	}
+	r, err := run(ctx, dial, c)
+	if serr := <-served; err == nil {
 		err = serr
 	}
 	return r, err
@@ -540,7 +535,7 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 	res := Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters}
 	wc := make([]verbs.WC, 64)
 	if c.lat() {
-		d := samples(c.Iters)
+		d := samples[time.Duration](c.Iters)
 		var wr []verbs.SendWR
 		switch c.Test {
 		case "send_lat":
@@ -585,13 +580,14 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 	return bandwidth(ctx, c, []*bwQP{s.bwQP(c)}, res)
 }
 
-// samples returns an empty slice with room for n latency samples, its
-// memory already touched: a first write to each page inside the timed loop
-// would add a page fault every 512 samples to the figures.
-func samples(n int) []time.Duration {
-	d := make([]time.Duration, n)
+// samples returns an empty slice with room for n latency samples (or time
+// stamps), its memory already written: a first write to each page inside
+// the timed loop would add its page fault to the figures.
+func samples[T any](n int) []T {
+	d := make([]T, n)
+	var z T
 	for i := range d {
-		d[i] = 1
+		d[i] = z
 	}
 	return d[:0]
 }

@@ -780,7 +780,7 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 	}
 	recv := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}
 	wc := make([]verbs.WC, 4)
-	stamps := make([]time.Time, 0, c.Iters+1)
+	stamps := samples[time.Time](c.Iters + 1)
 	start := time.Now()
 	for i := range c.Iters {
 		if !p.client || i > 0 {
@@ -823,7 +823,16 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 	post := q.buf[c.Size-1 : c.Size]
 	poll := q.buf[q.b+c.Size-1:]
 	wc := make([]verbs.WC, 4)
-	stamps := make([]time.Time, 0, c.Iters)
+	wait := func(want byte) error {
+		for k := 0; load8(poll) != want; k++ {
+			q.id.SendCQ.Poll(wc)
+			if k&0xfff == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	stamps := samples[time.Time](c.Iters)
 	start := time.Now()
 	for i := 1; i <= c.Iters; i++ {
 		// The client waits for write i before its own; the server writes
@@ -833,11 +842,8 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 			want = byte(i - 1)
 		}
 		if p.client || i > 1 {
-			for k := 0; load8(poll) != want; k++ {
-				q.id.SendCQ.Poll(wc)
-				if k&0xfff == 0 && ctx.Err() != nil {
-					return res, ctx.Err()
-				}
+			if err := wait(want); err != nil {
+				return res, err
 			}
 		}
 		stamps = append(stamps, time.Now())
@@ -851,11 +857,8 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 		p.c.progress(i, start)
 	}
 	if !p.client {
-		for k := 0; load8(poll) != byte(c.Iters); k++ {
-			q.id.SendCQ.Poll(wc)
-			if k&0xfff == 0 && ctx.Err() != nil {
-				return res, ctx.Err()
-			}
+		if err := wait(byte(c.Iters)); err != nil {
+			return res, err
 		}
 	}
 	summarize(&res, halfDiffs(stamps))
@@ -869,7 +872,7 @@ func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)},
 		RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}}
 	wc := make([]verbs.WC, 4)
-	d := samples(c.Iters)
+	d := samples[time.Duration](c.Iters)
 	start := time.Now()
 	for i := range c.Iters {
 		t0 := time.Now()
