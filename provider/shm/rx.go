@@ -83,13 +83,14 @@ func (c *conn) consume() (poke bool, got int) {
 	}
 	// In polled mode the consumed requests are acknowledged (the head
 	// published) at the next poll, not in this one, which is about to hand
-	// the application its completion: the store writes a line the requester
-	// reads and would hold this poll up (measured: tens of ns of each
-	// one-way trip). A poll comes soon in polled mode, and the socket
-	// goroutine ends polled mode (publishing) after pollIdle. Acknowledged
-	// at once: a request someone waits for (fAck: signaled, or the
-	// requester's send queue is filling), a requester waiting for room or
-	// order, a held request, a ring a quarter consumed.
+	// the application its completion: the store writes a line the
+	// requester reads, and the next locked instruction of this poll would
+	// wait for that line's round trip between cores. A poll comes soon in
+	// polled mode, and the socket goroutine ends polled mode (publishing)
+	// after pollIdle. Acknowledged at once: a request someone waits for
+	// (fAck: signaled, or the requester's send queue is filling), a
+	// requester waiting for room or order, a held request, a ring a quarter
+	// consumed.
 	if !ackNow && c.deferAck(got, rnr) {
 		c.ackable.Store(c.reqIn.head)
 	} else if c.reqIn.publish() {
