@@ -264,10 +264,7 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 				return engine.Fail(st)
 			}
 			var v [8]byte
-			n := 0
-			for _, s := range w.src {
-				n += copy(v[n:], s)
-			}
+			engine.CopyFrom(v[:], w.src, 0)
 			f = p.AtomicWrite(wr.RKey, wr.RemoteAddr, v)
 		}
 		switch f {

@@ -144,15 +144,8 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 			return engine.Fail(st)
 		}
 		var v [8]byte
-		n := 0
-		for _, s := range c.src {
-			n += copy(v[n:], s)
-		}
-		var r *remote
-		res, ok := engine.Result{}, true
-		if wr.RemoteAddr%8 == 0 {
-			r, res, ok = c.direct(w, verbs.AccessRemoteWrite, wr.RemoteAddr, 8)
-		}
+		engine.CopyFrom(v[:], c.src, 0)
+		r, res, ok := c.direct8(w, verbs.AccessRemoteWrite)
 		if !ok {
 			return res
 		}
@@ -175,11 +168,7 @@ func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		if st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
-		var r *remote
-		res, ok := engine.Result{}, true
-		if wr.RemoteAddr%8 == 0 {
-			r, res, ok = c.direct(w, verbs.AccessRemoteAtomic, wr.RemoteAddr, 8)
-		}
+		r, res, ok := c.direct8(w, verbs.AccessRemoteAtomic)
 		if !ok {
 			return res
 		}
@@ -250,6 +239,15 @@ func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint
 		}
 	}
 	return r, res, true
+}
+
+// direct8 is direct for an 8-byte atomic access at the request's remote
+// address; a misaligned one goes through the target, which refuses it.
+func (c *conn) direct8(w *engine.WQE, need verbs.AccessFlags) (*remote, engine.Result, bool) {
+	if w.WR.RemoteAddr%8 != 0 {
+		return nil, engine.Result{}, true
+	}
+	return c.direct(w, need, w.WR.RemoteAddr, 8)
 }
 
 // stall makes Transmit wait until the peer consumes from its request ring.
