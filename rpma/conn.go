@@ -428,16 +428,8 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 	}
 	wr := verbs.SendWR{WRID: opCtx, Opcode: verbs.WRAtomicWrite, Flags: sf | verbs.SendInline, Inline: src[:],
 		RemoteAddr: dst.addr + uint64(dstOff), RKey: dst.rkey}
-	if c.native.Load() >= 0 {
-		err := c.post(&wr, false, false)
-		if !errors.Is(err, ErrNoSupp) {
-			if err == nil {
-				c.native.CompareAndSwap(0, 1)
-			}
-			return err
-		}
-		c.native.Store(-1)
-		logAt(LogInfo, "no native atomic write: using a fenced inline write")
+	if done, err := c.postNative(&wr, "no native atomic write: using a fenced inline write"); done {
+		return err
 	}
 	wr.Opcode = verbs.WRRDMAWrite
 	wr.Flags |= verbs.SendFence
@@ -496,18 +488,10 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 	if err := checkRange("flush", dstOff, n, dst.size); err != nil {
 		return err
 	}
-	if c.native.Load() >= 0 {
-		wr := verbs.SendWR{WRID: opCtx, Opcode: verbs.WRFlush, Flags: sf, RemoteAddr: dst.addr + uint64(dstOff), RKey: dst.rkey,
-			FlushLen: uint32(min(n, 1<<31)), FlushType: vt}
-		err := c.post(&wr, false, false)
-		if !errors.Is(err, ErrNoSupp) {
-			if err == nil {
-				c.native.CompareAndSwap(0, 1)
-			}
-			return err
-		}
-		c.native.Store(-1)
-		logAt(LogInfo, "no native flush: using a read after the writes")
+	wr := verbs.SendWR{WRID: opCtx, Opcode: verbs.WRFlush, Flags: sf, RemoteAddr: dst.addr + uint64(dstOff), RKey: dst.rkey,
+		FlushLen: uint32(min(n, 1<<31)), FlushType: vt}
+	if done, err := c.postNative(&wr, "no native flush: using a read after the writes"); done {
+		return err
 	}
 	rn := min(8, int(dst.size)-dstOff)
 	off := dstOff
@@ -516,6 +500,25 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 	}
 	return c.post(&verbs.SendWR{WRID: opCtx, Opcode: verbs.WRRDMARead, Flags: sf,
 		SGList: []verbs.SGE{c.raw.SGE(0, rn)}, RemoteAddr: dst.addr + uint64(off), RKey: dst.rkey}, true, true)
+}
+
+// postNative posts wr, a FLUSH or an ATOMIC_WRITE, unless the connection
+// has learned that the peer lacks them. done false means the caller must
+// use its fallback: the connection remembers, and logs fallback once.
+func (c *Conn) postNative(wr *verbs.SendWR, fallback string) (done bool, err error) {
+	if c.native.Load() < 0 {
+		return false, nil
+	}
+	err = c.post(wr, false, false)
+	if !errors.Is(err, ErrNoSupp) {
+		if err == nil {
+			c.native.CompareAndSwap(0, 1)
+		}
+		return true, err
+	}
+	c.native.Store(-1)
+	logAt(LogInfo, fallback)
+	return false, nil
 }
 
 // NativeFlush reports whether the connection's flushes and atomic writes
