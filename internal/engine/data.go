@@ -91,14 +91,11 @@ func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swa
 	if f != FaultNone {
 		return 0, f
 	}
-	p, ok := word64(b)
+	old, ok := AtomicAt(b, op, compareAdd, swap)
 	if !ok {
 		return 0, FaultAlign
 	}
-	if op == verbs.WRAtomicFetchAndAdd {
-		return fetchAdd(p, compareAdd), FaultNone
-	}
-	return compareSwap(p, compareAdd, swap), FaultNone
+	return old, FaultNone
 }
 
 // Flush executes an incoming FLUSH of n bytes at addr on this QP, the
