@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/atomicx"
 )
 
 // A segment is the shared memory one side of a connection creates and
@@ -85,6 +87,9 @@ func newSegment(l layout) (*segment, int, error) {
 		unix.Close(fd)
 		return nil, -1, err
 	}
+	// The rings are empty: no record at their first position (0).
+	*s.u64(l.reqOff()) = stampNone
+	*s.u64(l.respOff()) = stampNone
 	return s, fd, nil
 }
 
@@ -147,11 +152,30 @@ type ringCtl struct {
 	sleep, wait *uint32
 }
 
-// Records are 8-byte aligned: a 32-byte header, then the payload.
+// Records start on a cache line: a 40-byte header, then the payload. The
+// header's first word is the record's stamp, written last: the consumer
+// finds a record by its stamp, polling the line the record itself is in, so
+// a small message costs it one cache miss (a separate tail word would cost
+// two, one after the other).
+//
+//	0   stamp: the record's ring position (| stampPad for a pad)
+//	8   size (whole record), kind, flags
+//	16  payload bytes, immediate data
+//	24  remote address
+//	32  rkey, message total
 const (
-	recHdr = 32
+	recHdr   = 40
+	recAlign = 64
 
-	recPad        = 1  // the rest of the ring up to its end is unused
+	// stampNone is in the stamp word where the producer has not written
+	// the next record yet: before it writes a record, the producer clears
+	// the word after it, so that what the consumer finds there is this
+	// value or the next record's stamp, never an old record's or payload's
+	// bytes.
+	stampNone = ^uint64(0)
+	// stampPad marks a pad: the rest of the ring, to its end, is unused.
+	stampPad = 1 << 63
+
 	recSend       = 2  // a piece of a SEND message
 	recWrite      = 3  // a piece of an RDMA WRITE the target places
 	recImm        = 4  // the immediate data of a WRITE WITH IMM placed directly
@@ -172,9 +196,9 @@ const (
 	fAck       = 1 << 6 // the requester waits for this record's acknowledgement (see deferAck)
 )
 
-// rec is a decoded record header.
+// rec is a decoded record header (without its stamp).
 type rec struct {
-	size  uint32 // whole record, header included, multiple of 8
+	size  uint32 // whole record, header included, multiple of recAlign
 	kind  uint8
 	flags uint8
 	n     uint32 // payload bytes
@@ -184,27 +208,28 @@ type rec struct {
 	total uint32
 }
 
+// putRec writes a header but its stamp (commit writes that).
 func putRec(b []byte, r *rec) {
-	binary.LittleEndian.PutUint32(b[0:], r.size)
-	b[4], b[5], b[6], b[7] = r.kind, r.flags, 0, 0
-	binary.LittleEndian.PutUint32(b[8:], r.n)
-	binary.LittleEndian.PutUint32(b[12:], r.imm)
-	binary.LittleEndian.PutUint64(b[16:], r.addr)
-	binary.LittleEndian.PutUint32(b[24:], r.rkey)
-	binary.LittleEndian.PutUint32(b[28:], r.total)
+	binary.LittleEndian.PutUint32(b[8:], r.size)
+	b[12], b[13], b[14], b[15] = r.kind, r.flags, 0, 0
+	binary.LittleEndian.PutUint32(b[16:], r.n)
+	binary.LittleEndian.PutUint32(b[20:], r.imm)
+	binary.LittleEndian.PutUint64(b[24:], r.addr)
+	binary.LittleEndian.PutUint32(b[32:], r.rkey)
+	binary.LittleEndian.PutUint32(b[36:], r.total)
 }
 
 func getRec(b []byte, r *rec) {
-	r.size = binary.LittleEndian.Uint32(b[0:])
-	r.kind, r.flags = b[4], b[5]
-	r.n = binary.LittleEndian.Uint32(b[8:])
-	r.imm = binary.LittleEndian.Uint32(b[12:])
-	r.addr = binary.LittleEndian.Uint64(b[16:])
-	r.rkey = binary.LittleEndian.Uint32(b[24:])
-	r.total = binary.LittleEndian.Uint32(b[28:])
+	r.size = binary.LittleEndian.Uint32(b[8:])
+	r.kind, r.flags = b[12], b[13]
+	r.n = binary.LittleEndian.Uint32(b[16:])
+	r.imm = binary.LittleEndian.Uint32(b[20:])
+	r.addr = binary.LittleEndian.Uint64(b[24:])
+	r.rkey = binary.LittleEndian.Uint32(b[32:])
+	r.total = binary.LittleEndian.Uint32(b[36:])
 }
 
-func recSize(payload int) int { return (recHdr + payload + 7) &^ 7 }
+func recSize(payload int) int { return (recHdr + payload + recAlign - 1) &^ (recAlign - 1) }
 
 // ring is what both ends know of a ring: its control words and its data.
 type ring struct {
@@ -218,6 +243,9 @@ func (r *ring) init(s *segment, ctl, off, size int) {
 	r.data = s.mem[off : off+size : off+size]
 	r.mask = uint64(size - 1)
 }
+
+// stamp is the stamp word at offset idx (a multiple of 8).
+func (r *ring) stamp(idx uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.data[idx])) }
 
 // prodRing is the producing end of a ring in the peer's segment. Its
 // position is private (the peer cannot move it); the peer's head is read
@@ -250,14 +278,15 @@ func (r *prodRing) refreshHead() error {
 	return nil
 }
 
-// reserve returns n contiguous bytes (n a multiple of 8) at the tail, writing
-// a pad record first when they do not fit before the end of the ring, or nil
-// when the ring has no room.
+// reserve returns n contiguous bytes (n a multiple of recAlign) at the
+// tail, writing a pad first when they do not fit before the end of the
+// ring, or nil when the ring has no room. The room includes the stamp word
+// after the record, which commit clears.
 func (r *prodRing) reserve(n int) []byte {
 	size := uint64(len(r.data))
 	idx := r.tail & r.mask
-	need := uint64(n)
-	if idx+need > size {
+	need := uint64(n) + 8
+	if idx+uint64(n) > size {
 		need += size - idx
 	}
 	if size-(r.tail-r.head) < need {
@@ -266,12 +295,19 @@ func (r *prodRing) reserve(n int) []byte {
 		}
 	}
 	if idx+uint64(n) > size {
-		binary.LittleEndian.PutUint32(r.data[idx:], uint32(size-idx))
-		r.data[idx+4] = recPad
-		r.tail += size - idx
+		r.pad(idx)
 		idx = 0
 	}
 	return r.data[idx : idx+uint64(n) : idx+uint64(n)]
+}
+
+// pad ends the lap at offset idx of the tail: the records go on at the
+// start of the ring (whose first word is free: the caller checked).
+func (r *prodRing) pad(idx uint64) {
+	atomicx.Release64(r.stamp(0), stampNone)
+	raceRelease()
+	atomicx.Release64(r.stamp(idx), r.tail|stampPad)
+	r.tail += uint64(len(r.data)) - idx
 }
 
 // hotSize is how far into the ring records go while the consumer keeps
@@ -290,18 +326,25 @@ func (r *prodRing) rewind(head uint64) {
 	if head != r.tail || idx < hotSize {
 		return
 	}
-	size := uint64(len(r.data))
-	binary.LittleEndian.PutUint32(r.data[idx:], uint32(size-idx))
-	r.data[idx+4] = recPad
-	r.tail += size - idx
+	r.pad(idx)
 	r.head = head
 }
 
-// commit accounts for a record written into the space reserve returned.
-func (r *prodRing) commit(n int) { r.tail += uint64(n) }
+// commit publishes to the consumer the record written (but its stamp) into
+// the space reserve returned: it clears the stamp word after it, then
+// stamps it, in this order (release stores: the consumer that sees the
+// stamp sees the record and the cleared word).
+func (r *prodRing) commit(n int) {
+	atomicx.Release64(r.stamp((r.tail+uint64(n))&r.mask), stampNone)
+	raceRelease()
+	atomicx.Release64(r.stamp(r.tail&r.mask), r.tail)
+	r.tail += uint64(n)
+}
 
-// publish makes committed records visible and reports whether the consumer
-// asked to be poked.
+// publish stores the tail, which orders the committed records' stamps before
+// the check of the consumer's sleep flag (it sets the flag, then looks at
+// the stamp: one of the two sees the other), and reports whether the
+// consumer asked to be poked.
 func (r *prodRing) publish() bool {
 	if r.pub == r.tail {
 		return false
@@ -317,7 +360,7 @@ type consRing struct {
 	ring
 	head uint64 // private: published with publish
 	pub  uint64 // the head last published
-	tail uint64 // the producer's tail, last read
+	next uint64 // head, for idle (other goroutines): atomic
 }
 
 var errCorrupt = errors.New("shm: peer corrupted the shared ring")
@@ -325,49 +368,49 @@ var errCorrupt = errors.New("shm: peer corrupted the shared ring")
 // peek returns the next record (skipping pads), with its payload, or ok
 // false when the ring is empty. Every field the peer wrote is checked.
 func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
-	for {
-		if r.head == r.tail {
-			t := atomic.LoadUint64(r.c.tail)
-			if t == r.tail {
-				return nil, false, nil
-			}
-			if t < r.tail || t-r.head > uint64(len(r.data)) || t&7 != 0 {
-				return nil, false, errCorrupt
-			}
-			r.tail = t
-			raceAcquire()
+	idx := r.head & r.mask
+	st := atomic.LoadUint64(r.stamp(idx))
+	if st == r.head|stampPad {
+		if idx == 0 {
+			return nil, false, errCorrupt // a whole lap of nothing
 		}
-		idx := r.head & r.mask
-		avail := min(r.tail-r.head, uint64(len(r.data))-idx)
-		if avail < 8 {
-			return nil, false, errCorrupt
-		}
-		b := r.data[idx:]
-		size := uint64(binary.LittleEndian.Uint32(b))
-		if b[4] == recPad {
-			if size != uint64(len(r.data))-idx || size > avail {
-				return nil, false, errCorrupt
-			}
-			r.head += size
-			continue
-		}
-		if size < recHdr || size&7 != 0 || size > avail {
-			return nil, false, errCorrupt
-		}
-		getRec(b, h)
-		if uint64(h.n) > size-recHdr {
-			return nil, false, errCorrupt
-		}
-		return b[recHdr : recHdr+uint64(h.n) : recHdr+uint64(h.n)], true, nil
+		r.head += uint64(len(r.data)) - idx
+		atomicx.Release64(&r.next, r.head)
+		idx = 0
+		st = atomic.LoadUint64(r.stamp(0))
 	}
+	if st != r.head {
+		return nil, false, nil
+	}
+	raceAcquire()
+	b := r.data[idx:]
+	if len(b) < recHdr {
+		return nil, false, errCorrupt
+	}
+	getRec(b, h)
+	size := uint64(h.size)
+	if size < recHdr || size&7 != 0 || size > uint64(len(b)) || uint64(h.n) > size-recHdr {
+		return nil, false, errCorrupt
+	}
+	return b[recHdr : recHdr+uint64(h.n) : recHdr+uint64(h.n)], true, nil
 }
 
-// idle reports, from any goroutine, whether the producer has published
-// nothing beyond what the consumer has published as consumed.
-func (r *consRing) idle() bool { return atomic.LoadUint64(r.c.tail) == atomic.LoadUint64(r.c.head) }
+// idle reports, from any goroutine, whether the consumer has taken and
+// acknowledged every record the producer stamped.
+func (r *consRing) idle() bool {
+	h := atomic.LoadUint64(&r.next)
+	if atomic.LoadUint64(r.c.head) != h {
+		return false // taken, not yet acknowledged
+	}
+	st := atomic.LoadUint64(r.stamp(h & r.mask))
+	return st != h && st != h|stampPad
+}
 
 // advance consumes the record peek returned.
-func (r *consRing) advance(h *rec) { r.head += uint64(h.size) }
+func (r *consRing) advance(h *rec) {
+	r.head += uint64(h.size)
+	atomicx.Release64(&r.next, r.head)
+}
 
 // publish makes the consumed space available and reports whether the
 // producer asked to be poked.
