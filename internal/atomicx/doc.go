@@ -17,3 +17,12 @@
 // load of another word (a Dekker handshake: publish, then check whether the
 // consumer sleeps), use sync/atomic.
 package atomicx
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// ReleaseU64 is Release64 on a sync/atomic.Uint64, whose value is its only
+// non-empty field.
+func ReleaseU64(p *atomic.Uint64, v uint64) { Release64((*uint64)(unsafe.Pointer(p)), v) }

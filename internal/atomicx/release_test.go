@@ -44,3 +44,11 @@ func TestMessagePassing(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestReleaseU64(t *testing.T) {
+	var v atomic.Uint64
+	ReleaseU64(&v, 42)
+	if v.Load() != 42 {
+		t.Fatalf("stored %d", v.Load())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -208,7 +209,9 @@ func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 			continue
 		}
 		wc[n] = s.wc
-		s.seq.Store(pos + cq.mask + 1)
+		// The slot is free for the next lap: a release store suffices (the
+		// copy above is done before it; push only reads seq).
+		atomicx.ReleaseU64(&s.seq, pos+cq.mask+1)
 		n++
 	}
 	if n == 0 && cq.overflow.Load() {

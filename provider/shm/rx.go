@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -92,7 +93,7 @@ func (c *conn) consume() (poke bool, got int) {
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
 	if !ackNow && c.deferAck(got, rnr) {
-		c.ackable.Store(c.reqIn.head)
+		atomicx.Release64(&c.ackable, c.reqIn.head)
 	} else if c.reqIn.publish() {
 		poke = true
 	}
@@ -114,7 +115,7 @@ func (c *conn) consume() (poke bool, got int) {
 func (c *conn) publishAckable() {
 	p := c.reqIn.c.head
 	for {
-		cur, v := atomic.LoadUint64(p), c.ackable.Load()
+		cur, v := atomic.LoadUint64(p), atomic.LoadUint64(&c.ackable)
 		if v <= cur || atomic.CompareAndSwapUint64(p, cur, v) {
 			return
 		}
