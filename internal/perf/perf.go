@@ -487,7 +487,7 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 // last 8 bytes of the message; each side polls its buffer for the next
 // value (perftest's write_lat), polling its CQ too so that the transport
 // makes progress.
-func (s *side) writePingPong(ctx context.Context, c *Config, first bool, d *[]time.Duration) error {
+func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps) error {
 	size := markSize(c.Size)
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{s.mr.SGE(size, size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
 	if size <= 64 {
@@ -511,7 +511,9 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, d *[]ti
 				return err
 			}
 		}
-		t0 := time.Now()
+		if first {
+			l.stamp()
+		}
 		binary.NativeEndian.PutUint64(out, i)
 		if err := s.id.QP.PostSend(wr); err != nil {
 			return err
@@ -520,8 +522,10 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, d *[]ti
 			if err := wait(i); err != nil {
 				return err
 			}
-			*d = append(*d, time.Since(t0)/2)
 		}
+	}
+	if first {
+		l.stamp()
 	}
 	return nil
 }
@@ -535,7 +539,8 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 	res := Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters}
 	wc := make([]verbs.WC, 64)
 	if c.lat() {
-		d := samples[time.Duration](c.Iters)
+		l := newLaps(c.Iters)
+		div := time.Duration(2) // ping-pongs: half the round trip
 		var wr []verbs.SendWR
 		switch c.Test {
 		case "send_lat":
@@ -545,18 +550,18 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 			}
 			recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
 			for range c.Iters {
-				t0 := time.Now()
+				l.stamp()
 				if err := s.id.QP.PostSend(send); err != nil {
 					return res, err
 				}
 				if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
 					return res, err
 				}
-				d = append(d, time.Since(t0)/2)
 				s.id.QP.PostRecv(recv)
 			}
+			l.stamp()
 		case "write_lat":
-			if err := s.writePingPong(ctx, c, true, &d); err != nil {
+			if err := s.writePingPong(ctx, c, true, l); err != nil {
 				return res, err
 			}
 		case "read_lat":
@@ -564,20 +569,52 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 		case "atomic_lat":
 			wr = []verbs.SendWR{{Opcode: verbs.WRAtomicFetchAndAdd, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, 8)}, RemoteAddr: s.raddr, RKey: s.rkey, CompareAdd: 1}}
 		}
-		for range len(wr) * c.Iters {
-			t0 := time.Now()
-			if err := s.id.QP.PostSend(wr); err != nil {
-				return res, err
+		if len(wr) > 0 {
+			div = 1 // a read or atomic is a round trip itself
+			for range c.Iters {
+				l.stamp()
+				if err := s.id.QP.PostSend(wr); err != nil {
+					return res, err
+				}
+				if err := spin(ctx, s.id.SendCQ, wc); err != nil {
+					return res, err
+				}
 			}
-			if err := spin(ctx, s.id.SendCQ, wc); err != nil {
-				return res, err
-			}
-			d = append(d, time.Since(t0))
+			l.stamp()
 		}
-		summarize(&res, d)
+		summarize(&res, l.samples(div))
 		return res, nil
 	}
 	return bandwidth(ctx, c, []*bwQP{s.bwQP(c)}, res)
+}
+
+// laps takes one time stamp per iteration of a latency test, as perftest
+// does: a sample is the time between two consecutive stamps, so the clock
+// is read once per iteration (a time.Now costs two clock reads and a
+// duration a third) and the loop's own work between iterations (posting
+// the next receive) counts, as it does in a real exchange.
+type laps struct {
+	base time.Time
+	t    []time.Duration // since base
+}
+
+func newLaps(iters int) *laps {
+	return &laps{base: time.Now(), t: samples[time.Duration](iters + 1)}
+}
+
+func (l *laps) stamp() { l.t = append(l.t, time.Since(l.base)) }
+
+// samples turns the stamps into samples, each divided by div (2 for a
+// ping-pong, whose one-way latency is half the round trip).
+func (l *laps) samples(div time.Duration) []time.Duration {
+	if len(l.t) < 2 {
+		return nil
+	}
+	d := l.t[:len(l.t)-1]
+	for i := range d {
+		d[i] = (l.t[i+1] - l.t[i]) / div
+	}
+	return d
 }
 
 // samples returns an empty slice with room for n latency samples (or time
