@@ -29,11 +29,12 @@ before SERVER, as with perftest. With -d shm0 both processes are on one
 host: the socket is the abstract name @goverbs-perf-PORT, SERVER is ignored.
 
 Method.
-  Latency: every iteration is timestamped and the distribution of the
-  per-iteration times is reported: t_min, t_typical (the median), t_avg,
-  t_max, the standard deviation, and the 99% and 99.9% percentiles. Send
-  and write latency is half a ping-pong round trip; read and atomic latency
-  is one operation from post to completion.
+  Latency: every iteration is timestamped once, at its post (perftest's
+  method), and a sample is the time between two consecutive stamps; the
+  distribution of the samples is reported: t_min, t_typical (the median),
+  t_avg, t_max, the standard deviation, and the 99% and 99.9% percentiles.
+  Send and write latency is half a ping-pong round trip; read and atomic
+  latency is one operation, post to completion, per iteration.
   Bandwidth: -t work requests are kept in flight on each of -q QPs; the
   bytes of the completed requests are divided by the elapsed time (MB =
   10^6 bytes). The peak is the best window of at least a twentieth of the
