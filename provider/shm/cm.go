@@ -27,7 +27,9 @@ const (
 	msgMapReq = 5
 	msgMapRep = 6
 
-	protoVersion = 1
+	// protoVersion changes with anything both sides must agree on: the
+	// segment layout, the ring records (2: records found by their stamp).
+	protoVersion = 2
 	setupHdr     = 28
 )
 
