@@ -1,7 +1,9 @@
 package shm
 
 import (
+	"encoding/binary"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,5 +135,19 @@ func TestRingRewind(t *testing.T) {
 	}
 	if c.head&c.mask != 3*uint64(recSize(8)) {
 		t.Fatalf("consumer at offset %d after the rewind, want %d", c.head&c.mask, 3*recSize(8))
+	}
+}
+
+// TestSetupVersion: a connection message of another protocol version (a
+// peer whose rings are laid out differently) is refused, not misread.
+func TestSetupVersion(t *testing.T) {
+	b := (&setup{typ: msgHello, qpn: 7, l: defaultLayout, pdata: []byte("x")}).marshal()
+	var s setup
+	if err := s.unmarshal(b); err != nil || s.qpn != 7 || s.l != defaultLayout || string(s.pdata) != "x" {
+		t.Fatalf("round trip: %v, %+v", err, s)
+	}
+	binary.LittleEndian.PutUint16(b[26:], protoVersion-1)
+	if err := s.unmarshal(b); err == nil || !strings.Contains(err.Error(), "protocol version") {
+		t.Fatalf("version %d accepted: %v", protoVersion-1, err)
 	}
 }
