@@ -6,8 +6,3 @@ package atomicx
 //
 //go:noescape
 func Release64(p *uint64, v uint64)
-
-// Release32 stores v into *p with release order.
-//
-//go:noescape
-func Release32(p *uint32, v uint32)

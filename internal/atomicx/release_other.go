@@ -6,6 +6,3 @@ import "sync/atomic"
 
 // Release64 stores v into *p with (at least) release order.
 func Release64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
-
-// Release32 stores v into *p with (at least) release order.
-func Release32(p *uint32, v uint32) { atomic.StoreUint32(p, v) }

@@ -56,7 +56,7 @@ type conn struct {
 	owePoke bool        // a publish asked for a poke not yet sent
 	// ackable is the request ring's head whose publication a poll deferred
 	// (see deferAck); Shutdown publishes it before the QP's failure.
-	ackable uint64 // atomic; written with a release store (no handshake depends on it)
+	ackable atomic.Uint64 // written with a release store (no handshake depends on it)
 
 	// Requests waiting for the peer (sqMu).
 	ackMu sync.Mutex // held while completing

@@ -28,7 +28,8 @@ func FuzzPeek(f *testing.F) {
 		clear(s.mem)
 		r.init(s, ctlReq, l.reqOff(), l.reqSize)
 		head &^= 7 | stampPad // the consumer's own position: aligned, and no pad bit
-		r.head, r.next = head, head
+		r.head = head
+		r.next.Store(head)
 		// The data goes where the consumer looks; a record written for
 		// position 0 (the first seeds) is stamped with the position.
 		at := head & r.mask

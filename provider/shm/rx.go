@@ -93,7 +93,7 @@ func (c *conn) consume() (poke bool, got int) {
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
 	if !ackNow && c.deferAck(got, rnr) {
-		atomicx.Release64(&c.ackable, c.reqIn.head)
+		atomicx.ReleaseU64(&c.ackable, c.reqIn.head)
 	} else if c.reqIn.publish() {
 		poke = true
 	}
@@ -115,7 +115,7 @@ func (c *conn) consume() (poke bool, got int) {
 func (c *conn) publishAckable() {
 	p := c.reqIn.c.head
 	for {
-		cur, v := atomic.LoadUint64(p), atomic.LoadUint64(&c.ackable)
+		cur, v := atomic.LoadUint64(p), c.ackable.Load()
 		if v <= cur || atomic.CompareAndSwapUint64(p, cur, v) {
 			return
 		}

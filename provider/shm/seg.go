@@ -359,9 +359,9 @@ func (r *prodRing) publish() bool {
 // consRing is the consuming end of a ring in our own segment.
 type consRing struct {
 	ring
-	head uint64 // private: published with publish
-	pub  uint64 // the head last published
-	next uint64 // head, for idle (other goroutines): atomic
+	head uint64        // private: published with publish
+	pub  uint64        // the head last published
+	next atomic.Uint64 // head, for idle (other goroutines)
 }
 
 var errCorrupt = errors.New("shm: peer corrupted the shared ring")
@@ -376,7 +376,7 @@ func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
 			return nil, false, errCorrupt // a whole lap of nothing
 		}
 		r.head += uint64(len(r.data)) - idx
-		atomicx.Release64(&r.next, r.head)
+		atomicx.ReleaseU64(&r.next, r.head)
 		idx = 0
 		st = atomic.LoadUint64(r.stamp(0))
 	}
@@ -399,7 +399,7 @@ func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
 // idle reports, from any goroutine, whether the consumer has taken and
 // acknowledged every record the producer stamped.
 func (r *consRing) idle() bool {
-	h := atomic.LoadUint64(&r.next)
+	h := r.next.Load()
 	if atomic.LoadUint64(r.c.head) != h {
 		return false // taken, not yet acknowledged
 	}
@@ -410,7 +410,7 @@ func (r *consRing) idle() bool {
 // advance consumes the record peek returned.
 func (r *consRing) advance(h *rec) {
 	r.head += uint64(h.size)
-	atomicx.Release64(&r.next, r.head)
+	atomicx.ReleaseU64(&r.next, r.head)
 }
 
 // publish makes the consumed space available and reports whether the

@@ -396,16 +396,12 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 type ackRing struct {
 	buf  []pend
 	mask uint64
-	// Read with sync/atomic, written with release stores: each end only
-	// publishes (no Dekker handshake between them), and a locked store
-	// behind the record just written into the peer's ring would wait for
-	// that line to be taken from the peer's cache.
-	head, tail uint64
+	// Written with release stores: each end only publishes (no Dekker
+	// handshake between them), and a locked store behind the record just
+	// written into the peer's ring would wait for that line to be taken
+	// from the peer's cache.
+	head, tail atomic.Uint64
 }
-
-func (r *ackRing) loadHead() uint64 { return atomic.LoadUint64(&r.head) }
-func (r *ackRing) loadTail() uint64 { return atomic.LoadUint64(&r.tail) }
-func (r *ackRing) setHead(h uint64) { atomicx.Release64(&r.head, h) }
 
 func newAckRing(maxWR int) ackRing {
 	n := 1
@@ -416,21 +412,21 @@ func newAckRing(maxWR int) ackRing {
 }
 
 func (r *ackRing) push(e pend) {
-	t := r.tail
+	t := r.tail.Load()
 	r.buf[t&r.mask] = e
-	atomicx.Release64(&r.tail, t+1)
+	atomicx.ReleaseU64(&r.tail, t+1)
 }
 
 // outstanding reports whether requests wait for the peer.
 func (c *conn) outstanding() bool {
-	return c.acks.loadTail() != c.acks.loadHead() || c.nresp.Load() > 0
+	return c.acks.tail.Load() != c.acks.head.Load() || c.nresp.Load() > 0
 }
 
 // ackFlag is fAck for a request whose acknowledgement someone waits for:
 // a signaled one, or any once half the send queue waits for acknowledgements
 // (unsignaled requests hold their slots until then).
 func (c *conn) ackFlag(w *engine.WQE) uint8 {
-	if w.Signaled() || c.acks.loadTail()-c.acks.loadHead() >= uint64(c.sqCap/2) {
+	if w.Signaled() || c.acks.tail.Load()-c.acks.head.Load() >= uint64(c.sqCap/2) {
 		return fAck
 	}
 	return 0
@@ -482,7 +478,7 @@ func (c *conn) checkAcks() {
 	c.sqMu.Lock()
 	ds := c.done1[:0]
 	hit := func(e *pend) bool { return nakPos != 0 && e.start <= nakPos-1 && nakPos-1 < e.end }
-	for h, t := c.acks.loadHead(), c.acks.loadTail(); h != t; h++ {
+	for h, t := c.acks.head.Load(), c.acks.tail.Load(); h != t; h++ {
 		e := &c.acks.buf[h&c.acks.mask]
 		switch {
 		case hit(e):
@@ -494,7 +490,7 @@ func (c *conn) checkAcks() {
 		default:
 			goto resps
 		}
-		c.acks.setHead(h + 1)
+		atomicx.ReleaseU64(&c.acks.head, h+1)
 	}
 resps:
 	for c.resps.len() > 0 {
@@ -548,7 +544,7 @@ func (c *conn) checkRNR() {
 	}
 	c.ackMu.Lock()
 	pos := atomic.LoadUint64(c.peer.u64(offRNRPos))
-	h, t := c.acks.loadHead(), c.acks.loadTail()
+	h, t := c.acks.head.Load(), c.acks.tail.Load()
 	if pos == 0 || h == t {
 		c.ackMu.Unlock()
 		return
@@ -575,7 +571,7 @@ func (c *conn) checkRNR() {
 		c.ackMu.Unlock()
 		return
 	}
-	c.acks.setHead(h + 1)
+	atomicx.ReleaseU64(&c.acks.head, h+1)
 	more := c.q.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
 	c.ackMu.Unlock()
 	if more {
