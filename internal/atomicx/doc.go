@@ -4,7 +4,7 @@
 // sync/atomic's Store is sequentially consistent; on amd64 it is an XCHG,
 // a locked instruction that drains the store buffer and so waits for every
 // earlier store to reach its cache line, which on a line another core was
-// just reading costs a round trip between cores. A publication (a record.s
+// just reading costs a round trip between cores. A publication (a record's
 // stamp, a completion slot's sequence number) needs only release order:
 // whatever was written before it is visible to whoever observes it. On
 // amd64 every plain store has release order (TSO), so Release64 is a MOV in
