@@ -588,16 +588,18 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 	return bandwidth(ctx, c, []*bwQP{s.bwQP(c)}, res)
 }
 
-// laps takes one time stamp per iteration of a latency test, as perftest
-// does: a sample is the time between two consecutive stamps, so the clock
-// is read once per iteration (a time.Now costs two clock reads and a
-// duration a third) and the loop's own work between iterations (posting
-// the next receive) counts, as it does in a real exchange.
+// laps takes one time stamp per iteration of a latency test (goverbs' own
+// tests and the perftest-compatible ones), as perftest does: a sample is
+// the time between two consecutive stamps, so the clock is read once per
+// iteration (a time.Now costs two clock reads and a duration a third) and
+// the loop's own work between iterations (posting the next receive)
+// counts, as it does in a real exchange.
 type laps struct {
 	base time.Time
 	t    []time.Duration // since base
 }
 
+// newLaps makes room for the stamps of iters iterations and the end.
 func newLaps(iters int) *laps {
 	return &laps{base: time.Now(), t: samples[time.Duration](iters + 1)}
 }

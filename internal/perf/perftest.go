@@ -780,7 +780,7 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 	}
 	recv := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}
 	wc := make([]verbs.WC, 4)
-	stamps := samples[time.Time](c.Iters + 1)
+	l := newLaps(c.Iters + 1)
 	start := time.Now()
 	for i := range c.Iters {
 		if !p.client || i > 0 {
@@ -791,7 +791,7 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 				return res, err
 			}
 		}
-		stamps = append(stamps, time.Now())
+		l.stamp()
 		if err := q.id.QP.PostSend(send); err != nil {
 			return res, err
 		}
@@ -804,9 +804,9 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 		if err := spin(ctx, q.id.RecvCQ, wc); err != nil {
 			return res, err
 		}
-		stamps = append(stamps, time.Now())
+		l.stamp()
 	}
-	summarize(&res, halfDiffs(stamps))
+	summarize(&res, l.samples(2))
 	return res, nil
 }
 
@@ -832,7 +832,7 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 		}
 		return nil
 	}
-	stamps := samples[time.Time](c.Iters)
+	l := newLaps(c.Iters)
 	start := time.Now()
 	for i := 1; i <= c.Iters; i++ {
 		// The client waits for write i before its own; the server writes
@@ -846,7 +846,7 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 				return res, err
 			}
 		}
-		stamps = append(stamps, time.Now())
+		l.stamp()
 		post[0] = byte(i)
 		if err := q.id.QP.PostSend(wr); err != nil {
 			return res, err
@@ -861,7 +861,7 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 			return res, err
 		}
 	}
-	summarize(&res, halfDiffs(stamps))
+	summarize(&res, l.samples(2))
 	return res, nil
 }
 
@@ -887,14 +887,4 @@ func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 	}
 	summarize(&res, d)
 	return res, nil
-}
-
-// halfDiffs turns the times of successive sends of a ping-pong into
-// one-way latencies (half of each round trip), as perftest does.
-func halfDiffs(t []time.Time) []time.Duration {
-	var d []time.Duration
-	for i := 1; i < len(t); i++ {
-		d = append(d, t[i].Sub(t[i-1])/2)
-	}
-	return d
 }
