@@ -90,3 +90,62 @@ func TestPollThenBlock(t *testing.T) {
 		conformance.Poll1(t, y.SendCQ)
 	}
 }
+
+// TestPollThenIdle: the application arms its CQ, polls for a while (the
+// receive goroutine steps aside and keeps the socket from signalling
+// arrivals), then stops polling without telling anyone and waits for the
+// event. The receive goroutine must notice the idle poller by itself, take
+// the socket back and deliver the message that arrived meanwhile.
+func TestPollThenIdle(t *testing.T) {
+	ctx0 := open(t)
+	ch, err := ctx0.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	o := conformance.PairOpts{BufSize: 4096}
+	x := conformance.NewSide(t, ctx0, verbs.QPTRC, o)
+	rcq, err := ctx0.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rcq.Destroy() })
+	xq, err := x.PD.CreateQP(verbs.QPInitAttr{SendCQ: x.SendCQ, RecvCQ: rcq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { xq.Destroy() })
+	y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1})
+	for round := range 5 {
+		if err := xq.PostRecv([]verbs.RecvWR{{WRID: uint64(round), SGList: []verbs.SGE{x.MR.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := rcq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		var wc [1]verbs.WC
+		for start := time.Now(); time.Since(start) < 2*time.Millisecond; {
+			if n, _ := rcq.Poll(wc[:]); n != 0 {
+				t.Fatalf("round %d: completion before the send: %+v", round, wc[0])
+			}
+		}
+		// The poller is gone; the message comes while the goroutine still
+		// believes it polls.
+		if err := y.QP.PostSend([]verbs.SendWR{y.Send(uint64(round), 0, 8)}); err != nil {
+			t.Fatal(err)
+		}
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ev, err := ch.GetEvent(c)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: no completion event: %v (x %s)", round, err, iwarp.DebugState(xq))
+		}
+		ch.AckEvents(ev, 1)
+		if n, _ := rcq.Poll(wc[:]); n != 1 || wc[0].Status != verbs.WCSuccess || wc[0].WRID != uint64(round) {
+			t.Fatalf("round %d: event, then %d completions %+v", round, n, wc[0])
+		}
+		conformance.Poll1(t, y.SendCQ)
+	}
+}

@@ -147,12 +147,16 @@ func (c *conn) rxLoop() {
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
 		if c.polling() {
+			// Only while this goroutine is parked here (not in the
+			// netpoller) may arrivals be kept from signalling the socket.
+			quiet(int(fd), true)
 			c.idle.Reset(pollerIdle)
 			select {
 			case <-c.rxWake:
 			case <-c.idle.C:
 			case <-c.dying:
 			}
+			quiet(int(fd), false)
 		}
 		// Always drain before waiting again: the netpoller reports
 		// readiness once (edge-triggered), and bytes left unread now would
