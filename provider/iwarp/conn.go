@@ -107,7 +107,10 @@ type conn struct {
 	hbuf       []byte    // headers and trailers of the message being sent
 	iov        [][]byte
 	segScratch [][]byte
-	nb         net.Buffers
+	nb         [][]byte // what emit has left to write
+	wiov       [128]unix.Iovec
+	werr       error
+	writeFn    func(fd uintptr) bool
 	txCRC      wire.CRC
 	rxSeen     atomic.Bool // the responder may transmit only after the first FPDU arrived
 	hold       *time.Timer // ends the responder's wait for a silent initiator (see start)
@@ -181,6 +184,7 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 	}
 	c.pollFn = c.pollFD
 	c.respFn = c.respWrite
+	c.writeFn = c.writeOut
 	c.rxWake = make(chan struct{}, 1)
 	c.idle = time.NewTimer(time.Hour)
 	c.idle.Stop()
@@ -646,9 +650,43 @@ func (c *conn) sendTagged(op wire.Opcode, stag uint32, to uint64, segs [][]byte,
 func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) error {
 	c.nb = c.build(hdrLen, segs, n, put)
 	raceRelease()
-	_, err := c.nb.WriteTo(c.nc)
+	c.werr = nil
+	if err := c.raw.Write(c.writeFn); c.werr == nil {
+		c.werr = err
+	}
+	c.nb = nil
 	c.sent()
-	return err
+	return c.werr
+}
+
+// writeOut writes c.nb with raw non-blocking writevs and reports false when
+// the socket is full (RawConn.Write then waits for room in the netpoller).
+// A large write takes hundreds of microseconds in the kernel: as an ordinary
+// syscall it would let the runtime's monitor hand the goroutine's P to
+// another thread each time, a context switch per message on small machines.
+func (c *conn) writeOut(fd uintptr) bool {
+	for len(c.nb) > 0 {
+		if len(c.nb[0]) == 0 {
+			c.nb = c.nb[1:]
+			continue
+		}
+		w, err := writevNB(int(fd), c.wiov[:], c.nb[:min(len(c.nb), len(c.wiov))])
+		if err != nil {
+			c.werr = err
+			return true
+		}
+		if w == 0 {
+			return false
+		}
+		for len(c.nb) > 0 && w >= len(c.nb[0]) {
+			w -= len(c.nb[0])
+			c.nb = c.nb[1:]
+		}
+		if w > 0 {
+			c.nb[0] = c.nb[0][w:]
+		}
+	}
+	return true
 }
 
 // build lays out a message's FPDUs in c.iov: headers and trailers in
