@@ -132,7 +132,8 @@ type conn struct {
 	pollErr      error
 	needProgress atomic.Bool  // the transmit goroutine should call QP.Progress
 	lastPoll     atomic.Int64 // nowNanos of the last PollProgress of a polling loop; 0 after PollStop
-	lastPollAny  atomic.Int64 // nowNanos of the last PollProgress
+	lastPollAny  atomic.Int64 // nowNanos of the last PollProgress that read the clock
+	polls        atomic.Uint32
 	rxWake       chan struct{}
 	rxAny        atomic.Bool // an FPDU has arrived
 	nudgeArmed   atomic.Bool // the start-up nudge is scheduled (see sent)
