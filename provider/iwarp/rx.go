@@ -151,11 +151,22 @@ func (c *conn) rxLoop() {
 			// Only while this goroutine is parked here (not in the
 			// netpoller) may arrivals be kept from signalling the socket.
 			quiet(int(fd), true)
-			c.idle.Reset(pollerIdle)
-			select {
-			case <-c.rxWake:
-			case <-c.idle.C:
-			case <-c.dying:
+			// It stays aside as long as the polling goes on: taking the
+			// socket from a poller that reads it would only make the two
+			// spin against each other (a streaming receiver then used two
+			// CPUs and starved its sender on a small machine).
+			for c.polling() {
+				c.idle.Reset(pollerIdle)
+				stop := false
+				select {
+				case <-c.rxWake:
+				case <-c.idle.C:
+				case <-c.dying:
+					stop = true
+				}
+				if stop {
+					break
+				}
 			}
 			quiet(int(fd), false)
 		}
