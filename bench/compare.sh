@@ -54,17 +54,20 @@ if [ -n "$need" ]; then
 	echo "installing$need"
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $need >/dev/null || { echo "apt-get install$need failed"; exit 1; }
 fi
-go build -o "$OUT/goverbs" ./cmd/goverbs || exit 1
+# The tools are built outside OUT, which holds only results (and may be committed).
+BIN=$(mktemp -d)
+trap 'rm -rf "$BIN"' EXIT
+go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
 floors=""
 case " $GOVERBS_DEVS " in *" shm0 "*)
-	if [ -f "$SHARED_BENCH/src/memcpy_bw.c" ] && gcc -O2 -o "$OUT/memcpy_bw" "$SHARED_BENCH/src/memcpy_bw.c" &&
-		(cd "$SHARED_BENCH/src/goshm" && go build -o "$OUT/goshm" .); then
+	if [ -f "$SHARED_BENCH/src/memcpy_bw.c" ] && gcc -O2 -o "$BIN/memcpy_bw" "$SHARED_BENCH/src/memcpy_bw.c" &&
+		(cd "$SHARED_BENCH/src/goshm" && go build -o "$BIN/goshm" .); then
 		floors=1
 	else
 		echo "($SHARED_BENCH/src not found or not buildable: no memcpy / cache-line floors)"
 	fi ;;
 esac
-(cd bench/plot && go build -o "$OUT/plot" .) || exit 1
+(cd bench/plot && go build -o "$BIN/plot" .) || exit 1
 
 export FI_TCP_IFACE=lo
 RES=$OUT/raw.tsv   # round  metric  size  tool  value
@@ -106,24 +109,24 @@ for r in $(seq "$ROUNDS"); do
 		L=$(lat_iters "$S"); B=$(bw_iters "$S")
 		echo "   $S B: $(idle) before"
 		for dev in $GOVERBS_DEVS; do
-			rec "$r" lat "$S" "goverbs $dev" "$("$OUT/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -json | jsonval t_avg_us)"
+			rec "$r" lat "$S" "goverbs $dev" "$("$BIN/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -json | jsonval t_avg_us)"
 		done
 		rec "$r" lat "$S" "libfabric tcp" "$(fi_lat tcp msg "$S" "$L")"
 		rec "$r" lat "$S" "libfabric shm" "$(fi_lat shm rdm "$S" "$((L * 2))")"
 		rec "$r" lat "$S" "UCX tcp" "$(ucx tcp tag_lat "$S" "$L" | cut -d' ' -f1)"
 		rec "$r" lat "$S" "UCX posix" "$(ucx posix,self tag_lat "$S" "$((L * 2))" | cut -d' ' -f1)"
 		if [ -n "$floors" ] && [ "$S" = 8 ]; then
-			rec "$r" lat "$S" "cache-line ping-pong" "$(pair "$OUT/goshm server" "$OUT/goshm client" |
+			rec "$r" lat "$S" "cache-line ping-pong" "$(pair "$BIN/goshm server" "$BIN/goshm client" |
 				sed -n 's/.*one-way p50=\([0-9.]*\)\(n\|µ\)s.*/\1 \2/p' | awk '{print ($2=="n") ? $1/1000 : $1}')"
 		fi
 		for dev in $GOVERBS_DEVS; do
-			rec "$r" bw "$S" "goverbs $dev" "$("$OUT/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
+			rec "$r" bw "$S" "goverbs $dev" "$("$BIN/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
 		done
 		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f2)"
 		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f2)"
 		if [ -n "$floors" ]; then
 			rec "$r" bw "$S" "UCX posix put" "$(ucx posix,self ucp_put_bw "$S" "$B" | cut -d' ' -f2)"
-			rec "$r" bw "$S" "C memcpy" "$("$OUT/memcpy_bw" "$S" 1 | sed -n 's/.*GB\/s=\([0-9.]*\).*/\1/p' | awk '{print $1*1000}')"
+			rec "$r" bw "$S" "C memcpy" "$("$BIN/memcpy_bw" "$S" 1 | sed -n 's/.*GB\/s=\([0-9.]*\).*/\1/p' | awk '{print $1*1000}')"
 		fi
 		rec "$r" bw "$S" "TCP (iperf3)" "$(iperf "$S")"
 	done
@@ -159,5 +162,5 @@ table() { # metric title unit better
 	table lat "one-way latency (mean)" "us" "above 1: goverbs slower"
 	table bw "streaming bandwidth" "MB/s" "below 1: goverbs slower"
 } | tee "$OUT/table.txt"
-"$OUT/plot" -in "$OUT/median.tsv" -out "$OUT/compare.png" -title "goverbs vs peers, loopback, $(nproc) CPUs" && echo "plot: $OUT/compare.png"
+"$BIN/plot" -in "$OUT/median.tsv" -out "$OUT/compare.png" -title "goverbs vs peers, loopback, $(nproc) CPUs" && echo "plot: $OUT/compare.png"
 echo "raw: $RES; medians: $OUT/median.tsv; table: $OUT/table.txt; $(( $(date +%s) - start )) s"
