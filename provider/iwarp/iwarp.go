@@ -38,6 +38,10 @@
 // polling goroutine and no context switch, and the receiving goroutine steps
 // aside until the application blocks (CQ.Wait, ReqNotify) or stops polling
 // for 10 ms. Both share one resumable receive state machine, under a lock.
+// Meanwhile the socket's receive low-water mark is raised (Linux), so that
+// arrivals do not wake an idle runtime thread from epoll_wait for nothing.
+// Large writes go out as raw non-blocking writev calls that wait in the
+// netpoller only when the socket is full.
 //
 // # Start-up
 //
