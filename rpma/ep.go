@@ -117,9 +117,12 @@ func (e *Ep) NextConnReq(ctx context.Context, cfg *ConnCfg) (*ConnReq, error) {
 	case id, ok := <-e.reqs:
 		if !ok {
 			e.mu.Lock()
-			err := e.err
+			err, down := e.err, e.down
 			e.mu.Unlock()
-			if errors.Is(err, rdmacm.ErrClosed) || errors.Is(err, context.Canceled) {
+			// After Shutdown the listener's last error depends on where
+			// the accepting goroutine was (cancelled, closed, no longer
+			// listening): the shutdown is what the caller must see.
+			if down || errors.Is(err, rdmacm.ErrClosed) || errors.Is(err, context.Canceled) {
 				return nil, wrap(ErrInval, "the endpoint was shut down")
 			}
 			return nil, provider("rdma_get_request", err)
