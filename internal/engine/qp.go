@@ -120,6 +120,8 @@ type QP struct {
 	sigAll bool
 	deny   atomic.Uint32 // Restrict: opcodes (as 1<<op) the connected peer cannot execute
 	wire   Wire
+	direct DirectWire // wire, when it has the direct path
+	dsrc   [][]byte   // postDirect's payload pieces
 
 	mu    sync.Mutex
 	state verbs.QPState
@@ -196,12 +198,13 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, err
 	if err := dev.addQP(q); err != nil {
 		return nil, err
 	}
+	var w Wire = noWire{}
 	if dev.cfg.NewWire != nil {
-		q.wire = dev.cfg.NewWire(q)
+		if nw := dev.cfg.NewWire(q); nw != nil {
+			w = nw
+		}
 	}
-	if q.wire == nil {
-		q.wire = noWire{}
-	}
+	q.setWire(w)
 	pd.refs.Add(1)
 	scq.refs.Add(1)
 	rcq.refs.Add(1)
@@ -233,8 +236,15 @@ func (q *QP) Wire() Wire { return q.wire }
 // it after the QP (the QP must be in RESET or INIT).
 func (q *QP) SetWire(w Wire) {
 	q.mu.Lock()
-	q.wire = w
+	q.setWire(w)
 	q.mu.Unlock()
+}
+
+// setWire attaches w and notes whether it has the direct path; q.mu is held
+// (or q is not shared yet).
+func (q *QP) setWire(w Wire) {
+	q.wire = w
+	q.direct, _ = w.(DirectWire)
 }
 
 // State returns the current state.
@@ -263,6 +273,10 @@ func (q *QP) Attr() verbs.QPAttr {
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	var perr error
 	q.mu.Lock()
+	if len(wrs) == 1 && q.direct != nil && q.postDirect(&wrs[0]) {
+		q.mu.Unlock()
+		return nil
+	}
 	for i := range wrs {
 		if err := q.postSend(&wrs[i]); err != nil {
 			perr = &verbs.PostError{Index: i, WRID: wrs[i].WRID, Err: err}
@@ -362,8 +376,20 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	if n > uint64(q.dev.cfg.Port.MaxMsgSz) {
 		return fmt.Errorf("%w: message of %d bytes, the port allows %d", verbs.ErrInvalid, n, q.dev.cfg.Port.MaxMsgSz)
 	}
-
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
+	if err := q.fillWQE(w, wr, n, inline); err != nil {
+		return err
+	}
+	if q.state == verbs.QPSErr {
+		w.state, w.status = wqeDone, verbs.WCWRFlushErr
+	}
+	q.sq.tail++
+	return nil
+}
+
+// fillWQE copies wr, of n bytes, into the send queue slot w (at the queue's
+// tail); q.mu is held.
+func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	// Field by field: a whole-struct literal costs a typed copy of a
 	// pointerful struct on every post (measured: 7% of a message's CPU).
 	w.WR = *wr
@@ -392,11 +418,74 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 		w.WR.SGList = w.sge
 		w.WR.Inline = nil
 	}
-	if q.state == verbs.QPSErr {
-		w.state, w.status = wqeDone, verbs.WCWRFlushErr
-	}
-	q.sq.tail++
 	return nil
+}
+
+// DirectWire is a Wire that can also put a request out while PostSend holds
+// the QP's lock, straight from the caller's work request, when the send
+// queue is idle. Such a request skips the hand-over to the transmitter (a
+// second round trip on the lock, the transmitter's bookkeeping), and its
+// WQE is filled after it went out: on a shared-memory ring this took about
+// a tenth off an 8-byte message's latency. TransmitDirect gets the request
+// (already checked), its payload resolved (n bytes in payload) and its WQE
+// slot, of which only Seq and Signaled are set yet. It returns true when
+// the request is out, with the outcome Pending (the wire completes it
+// later with Complete or CompleteDeferred, which wait for the lock); false
+// declines, and the request takes the ordinary path. It must not block,
+// call into the engine for this QP, or fail the QP.
+type DirectWire interface {
+	TransmitDirect(q *QP, w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool
+}
+
+// postDirect tries the direct path for wr (see DirectWire); q.mu is held.
+// It reports whether the request was posted; when it was not, nothing
+// changed and the ordinary path takes it (and reports its errors).
+func (q *QP) postDirect(wr *verbs.SendWR) bool {
+	if q.destroyed || q.state != verbs.QPSRTS || q.typ == verbs.QPTUD || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
+		q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
+		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm) || q.deny.Load()&(1<<wr.Opcode) != 0 ||
+		wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		return false
+	}
+	inline := wr.Flags&verbs.SendInline != 0
+	var n uint64
+	src := q.dsrc[:0]
+	if inline && wr.Inline != nil {
+		n = uint64(len(wr.Inline))
+		if n > 0 {
+			src = append(src, wr.Inline)
+		}
+	} else {
+		for _, s := range wr.SGList {
+			if s.Length == 0 {
+				continue
+			}
+			b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, 0)
+			if f != FaultNone {
+				return false // an error, reported by the ordinary path
+			}
+			src = append(src, b)
+			n += uint64(s.Length)
+		}
+	}
+	q.dsrc = src
+	if (inline && n > uint64(q.cap.MaxInlineData)) || n > uint64(q.dev.cfg.Port.MaxMsgSz) {
+		return false
+	}
+	w := &q.sq.ring[q.sq.tail&q.sq.mask]
+	w.seq = q.sq.tail
+	w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	ok := q.direct.TransmitDirect(q, w, wr, src, uint32(n))
+	clear(src) // no references to the caller's memory stay behind
+	if !ok {
+		return false
+	}
+	_ = q.fillWQE(w, wr, n, inline) // its only error (an inline SGE that does not resolve) was ruled out above
+	w.state = wqePending
+	q.sq.tail++
+	q.sq.next = q.sq.tail
+	q.sq.sent = max(q.sq.sent, q.sq.next)
+	return true
 }
 
 // progress transmits queued requests. Whoever finds the transmitter idle
@@ -1058,7 +1147,7 @@ func (q *QP) Establish(w Wire, ird, ord uint8) error {
 	if q.state == verbs.QPSReset {
 		q.attr.PortNum = 1
 	}
-	q.wire = w
+	q.setWire(w)
 	q.attr.MaxDestRdAtomic, q.attr.MaxRdAtomic = ird, ord
 	q.aird.Store(uint32(ird))
 	q.setState(verbs.QPSRTS)

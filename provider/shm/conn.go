@@ -89,6 +89,7 @@ type conn struct {
 	// Counters for tests and DebugStats: requests done directly, requests
 	// sent through the peer, request records this side served.
 	nDirect, nRing, nRef uint64 // Transmit's (one at a time, ordered by the engine's lock)
+	nPosted              uint64 // SENDs TransmitDirect put in the ring (also counted in nRing)
 	nServed              uint64 // under consMu
 
 	// RNR retry: the request the peer holds for want of a receive, since when.

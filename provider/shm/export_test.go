@@ -37,3 +37,7 @@ func (x *Conn) Unacked() bool {
 	defer x.c.consMu.Unlock()
 	return x.c.reqIn.pub != x.c.reqIn.head
 }
+
+// Posted returns how many SENDs went into the ring straight from PostSend
+// (engine.DirectWire).
+func (x *Conn) Posted() uint64 { return x.c.nPosted }

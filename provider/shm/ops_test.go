@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -339,5 +340,79 @@ func TestAckTiming(t *testing.T) {
 		if signaled {
 			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(i), verbs.WCSuccess, verbs.WCSend)
 		}
+	}
+}
+
+// TestDirectPost: a small SEND that finds the send queue idle goes into the
+// ring straight from PostSend (engine.DirectWire) with the same results as
+// the ordinary path; whatever it cannot take (a large SEND, a list of
+// requests, a bad key, a QP in ERR) takes the ordinary path, errors included.
+func TestDirectPost(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, ca, _ := pairOn(t, true, 64<<10)
+	posted := ca.(interface{ Posted() uint64 }).Posted
+	conformance.Fill(a.Buf[:16<<10], 3)
+
+	// Direct: an inline SEND from an SGE, unsignaled, then a signaled SEND
+	// WITH IMM, solicited, from inline data.
+	b.MustPostRecv(t, b.Recv(1, 0, 64), b.Recv(2, 64, 64))
+	p0 := posted()
+	a.MustPostSend(t, verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{a.MR.SGE(0, 40)}})
+	a.MustPostSend(t, verbs.SendWR{WRID: 11, Opcode: verbs.WRSendWithImm, Flags: verbs.SendInline | verbs.SendSignaled | verbs.SendSolicited,
+		Inline: []byte("direct"), ImmData: 0x1234})
+	if got := posted() - p0; got != 2 {
+		t.Fatalf("%d of 2 small SENDs went the direct path", got)
+	}
+	wc := conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != 40 || !bytes.Equal(b.Buf[:40], a.Buf[:40]) {
+		t.Fatalf("first SEND: %d bytes, equal %v", wc.ByteLen, bytes.Equal(b.Buf[:40], a.Buf[:40]))
+	}
+	wc = conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 2, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != 6 || string(b.Buf[64:70]) != "direct" || wc.Flags&verbs.WCFlagWithImm == 0 || wc.ImmData != 0x1234 {
+		t.Fatalf("second SEND: %+v %q", wc, b.Buf[64:70])
+	}
+	// Only the signaled one completes, in order behind the unsignaled one.
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 11, verbs.WCSuccess, verbs.WCSend)
+
+	// Ordinary path: a SEND large enough to go by reference, and two
+	// SENDs in one call.
+	b.MustPostRecv(t, b.Recv(3, 0, 16<<10), b.Recv(4, 16<<10, 64), b.Recv(5, 16<<10+64, 64))
+	p0 = posted()
+	a.MustPostSend(t, a.Send(12, 0, 16<<10))
+	a.MustPostSend(t, a.Send(13, 0, 8), a.Send(14, 8, 8))
+	if got := posted() - p0; got != 0 {
+		t.Fatalf("%d requests went the direct path, want 0", got)
+	}
+	for _, id := range []uint64{12, 13, 14} {
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), id, verbs.WCSuccess, verbs.WCSend)
+	}
+	wc = conformance.Poll1(t, b.RecvCQ)
+	conformance.ExpectWC(t, wc, 3, verbs.WCSuccess, verbs.WCRecv)
+	if wc.ByteLen != 16<<10 || !bytes.Equal(b.Buf[:16<<10], a.Buf[:16<<10]) {
+		t.Fatal("large SEND: data differs")
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 4, verbs.WCSuccess, verbs.WCRecv)
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 5, verbs.WCSuccess, verbs.WCRecv)
+
+	// A bad key: inline, the post fails; otherwise the request completes
+	// with a local protection error and the QP fails, which flushes the
+	// next SEND.
+	p0 = posted()
+	bad := verbs.SGE{Addr: a.MR.SGE(0, 8).Addr, Length: 8, LKey: a.MR.LKey() + 1}
+	err := a.QP.PostSend([]verbs.SendWR{{WRID: 15, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{bad}}})
+	var pe *verbs.PostError
+	if !errors.As(err, &pe) || pe.Index != 0 || pe.WRID != 15 {
+		t.Fatalf("inline SEND with a bad lkey: %v", err)
+	}
+	a.MustPostSend(t, verbs.SendWR{WRID: 16, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{bad}})
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 16, verbs.WCLocProtErr, verbs.WCSend)
+	a.MustPostSend(t, verbs.SendWR{WRID: 17, Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)}})
+	if wc := conformance.Poll1(t, a.SendCQ); wc.WRID != 17 || wc.Status != verbs.WCWRFlushErr {
+		t.Fatalf("SEND on a QP in ERR: %+v", wc)
+	}
+	if got := posted() - p0; got != 0 {
+		t.Fatalf("%d failing requests went the direct path", got)
 	}
 }

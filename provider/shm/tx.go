@@ -65,6 +65,44 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	return r
 }
 
+// TransmitDirect implements engine.DirectWire: a SEND that fits in one
+// record goes into the ring straight from the caller's request when the
+// ring has room and nothing is in progress; anything else is declined.
+// Declining must leave no trace: the ordinary path then does everything.
+func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool {
+	if n >= refMin || !c.enter() {
+		return false
+	}
+	if c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
+		c.leave()
+		return false
+	}
+	c.reqOut.rewind(c.ackHead.Load())
+	b := c.reqOut.reserve(recSize(int(n)))
+	if b == nil {
+		c.leave()
+		return false // no room (or a corrupt head, which the ordinary path reports)
+	}
+	flags := fFirst | fLast | c.ackFlag(w)
+	var imm uint32
+	if wr.Opcode == verbs.WRSendWithImm {
+		flags, imm = flags|fImm, wr.ImmData
+	}
+	if wr.Flags&verbs.SendSolicited != 0 {
+		flags |= fSolicited
+	}
+	c.tx = txState{seq: w.Seq(), start: c.reqOut.tail}
+	h := rec{size: uint32(len(b)), kind: recSend, flags: flags, n: n, imm: imm, total: n}
+	putRec(b, &h)
+	engine.CopyFrom(b[recHdr:recHdr+n], payload, 0)
+	c.reqOut.commit(len(b))
+	c.nRing++
+	c.nPosted++
+	c.publishAck(w)
+	c.leave()
+	return true
+}
+
 func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	resume := c.tx.busy && c.tx.seq == w.Seq()
 	if c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0 {
