@@ -36,28 +36,7 @@ func TestPingPongPolled(t *testing.T) {
 // received by the goroutine (a readiness edge consumed while stepping aside
 // once stalled the connection).
 func TestPollThenBlock(t *testing.T) {
-	ctx0 := open(t)
-	ch, err := ctx0.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ch.Close() })
-	o := conformance.PairOpts{BufSize: 4096}
-	x := conformance.NewSide(t, ctx0, verbs.QPTRC, o)
-	// x's receive CQ with a channel, used instead of the side's own.
-	rcq, err := ctx0.CreateCQ(16, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rcq.Destroy() })
-	xq, err := x.PD.CreateQP(verbs.QPInitAttr{SendCQ: x.SendCQ, RecvCQ: rcq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { xq.Destroy() })
-	y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
-	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1}) // y dials: the initiator speaks first
+	x, y, xq, rcq, ch := channelPair(t)
 	for round := range 20 {
 		if err := xq.PostRecv([]verbs.RecvWR{{WRID: uint64(round), SGList: []verbs.SGE{x.MR.SGE(0, 64)}}}); err != nil {
 			t.Fatal(err)
@@ -97,27 +76,7 @@ func TestPollThenBlock(t *testing.T) {
 // event. The receive goroutine must notice the idle poller by itself, take
 // the socket back and deliver the message that arrived meanwhile.
 func TestPollThenIdle(t *testing.T) {
-	ctx0 := open(t)
-	ch, err := ctx0.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ch.Close() })
-	o := conformance.PairOpts{BufSize: 4096}
-	x := conformance.NewSide(t, ctx0, verbs.QPTRC, o)
-	rcq, err := ctx0.CreateCQ(16, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rcq.Destroy() })
-	xq, err := x.PD.CreateQP(verbs.QPInitAttr{SendCQ: x.SendCQ, RecvCQ: rcq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { xq.Destroy() })
-	y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
-	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1})
+	x, y, xq, rcq, ch := channelPair(t)
 	for round := range 5 {
 		if err := xq.PostRecv([]verbs.RecvWR{{WRID: uint64(round), SGList: []verbs.SGE{x.MR.SGE(0, 64)}}}); err != nil {
 			t.Fatal(err)
@@ -148,4 +107,33 @@ func TestPollThenIdle(t *testing.T) {
 		}
 		conformance.Poll1(t, y.SendCQ)
 	}
+}
+
+// channelPair connects y (which dials: the initiator speaks first) to xq,
+// a QP of x whose receive CQ has a completion channel.
+func channelPair(t *testing.T) (x, y *conformance.Side, xq *verbs.QP, rcq *verbs.CQ, ch *verbs.CompChannel) {
+	t.Helper()
+	ctx0 := open(t)
+	ch, err := ctx0.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	o := conformance.PairOpts{BufSize: 4096}
+	x = conformance.NewSide(t, ctx0, verbs.QPTRC, o)
+	// x's receive CQ with a channel, used instead of the side's own.
+	rcq, err = ctx0.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rcq.Destroy() })
+	xq, err = x.PD.CreateQP(verbs.QPInitAttr{SendCQ: x.SendCQ, RecvCQ: rcq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { xq.Destroy() })
+	y = conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1})
+	return x, y, xq, rcq, ch
 }
