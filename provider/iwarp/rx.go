@@ -155,17 +155,14 @@ func (c *conn) rxLoop() {
 			// socket from a poller that reads it would only make the two
 			// spin against each other (a streaming receiver then used two
 			// CPUs and starved its sender on a small machine).
+		wait:
 			for c.polling() {
 				c.idle.Reset(pollerIdle)
-				stop := false
 				select {
 				case <-c.rxWake:
 				case <-c.idle.C:
 				case <-c.dying:
-					stop = true
-				}
-				if stop {
-					break
+					break wait
 				}
 			}
 			quiet(int(fd), false)
