@@ -223,6 +223,29 @@ func TestDeadPeerKilled(t *testing.T) {
 		ids = append(ids, pending.WRID)
 		pending = nil
 	}
+	// Freeze the peer, then post a few more Reads: they can only end
+	// flushed. Without this, a loaded machine let the peer answer everything
+	// in flight before the kill landed, and the test had nothing to check.
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for extra := 0; extra < 4; {
+		if pending == nil {
+			wr := wrFor(len(ids))
+			pending = &wr
+		}
+		if err := s.QP.PostSend([]verbs.SendWR{*pending}); err != nil {
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break
+			}
+			t.Fatalf("PostSend: %v", err)
+		}
+		if pending.Opcode == verbs.WRRDMARead {
+			extra++
+		}
+		ids = append(ids, pending.WRID)
+		pending = nil
+	}
 	before := len(done)
 	var outstanding []uint64
 	for _, id := range ids {
