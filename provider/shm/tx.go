@@ -77,6 +77,7 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 		c.leave()
 		return false
 	}
+	start := c.reqOut.tail // as transmit does: a pad or rewind that reserve makes is part of the request
 	c.reqOut.rewind(c.ackHead.Load())
 	b := c.reqOut.reserve(recSize(int(n)))
 	if b == nil {
@@ -91,7 +92,7 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	if wr.Flags&verbs.SendSolicited != 0 {
 		flags |= fSolicited
 	}
-	c.tx = txState{seq: w.Seq(), start: c.reqOut.tail}
+	c.tx = txState{seq: w.Seq(), start: start}
 	h := rec{size: uint32(len(b)), kind: recSend, flags: flags, n: n, imm: imm, total: n}
 	putRec(b, &h)
 	engine.CopyFrom(b[recHdr:recHdr+n], payload, 0)
