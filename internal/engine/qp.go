@@ -275,6 +275,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
 	if len(wrs) == 1 && q.direct != nil && q.postDirect(&wrs[0]) {
 		q.mu.Unlock()
+		q.direct.DirectDone(q)
 		return nil
 	}
 	for i := range wrs {
@@ -431,10 +432,13 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 // slot, of which only Seq and Signaled are set yet. It returns true when
 // the request is out, with the outcome Pending (the wire completes it
 // later with Complete or CompleteDeferred, which wait for the lock); false
-// declines, and the request takes the ordinary path. It must not block,
-// call into the engine for this QP, or fail the QP.
+// declines, and the request takes the ordinary path. It must not block
+// (not even on a socket's lock), call into the engine for this QP, or fail
+// the QP. DirectDone follows a TransmitDirect that returned true, once the
+// lock is released: what may wait (waking the peer) goes there.
 type DirectWire interface {
 	TransmitDirect(q *QP, w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool
+	DirectDone(q *QP)
 }
 
 // postDirect tries the direct path for wr (see DirectWire); q.mu is held.

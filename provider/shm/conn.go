@@ -90,6 +90,7 @@ type conn struct {
 	// sent through the peer, request records this side served.
 	nDirect, nRing, nRef uint64 // Transmit's (one at a time, ordered by the engine's lock)
 	nPosted              uint64 // SENDs TransmitDirect put in the ring (also counted in nRing)
+	pokeOwed             atomic.Bool
 	nServed              uint64 // under consMu
 
 	// RNR retry: the request the peer holds for want of a receive, since when.

@@ -376,6 +376,26 @@ func TestDirectPost(t *testing.T) {
 	// Only the signaled one completes, in order behind the unsignaled one.
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 11, verbs.WCSuccess, verbs.WCSend)
 
+	// A receiver that sleeps in Wait (not polling) is woken: the direct
+	// path owes it a poke, sent once the QP's lock is released.
+	b.MustPostRecv(t, b.Recv(20, 0, 64))
+	woke := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		woke <- b.RecvCQ.Wait(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond) // past Wait's spin: asleep
+	p0 = posted()
+	a.MustPostSend(t, verbs.SendWR{WRID: 21, Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{a.MR.SGE(0, 8)}})
+	if err := <-woke; err != nil {
+		t.Fatalf("the sleeping receiver was not woken: %v", err)
+	}
+	if got := posted() - p0; got != 1 {
+		t.Fatalf("%d of 1 SEND to a sleeping peer went the direct path", got)
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 20, verbs.WCSuccess, verbs.WCRecv)
+
 	// Ordinary path: a SEND large enough to go by reference, and two
 	// SENDs in one call.
 	b.MustPostRecv(t, b.Recv(3, 0, 16<<10), b.Recv(4, 16<<10, 64), b.Recv(5, 16<<10+64, 64))

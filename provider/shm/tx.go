@@ -99,9 +99,20 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	c.reqOut.commit(len(b))
 	c.nRing++
 	c.nPosted++
-	c.publishAck(w)
+	if c.recordAck(w) {
+		// The poke is a socket write, which may wait for the socket's
+		// lock: not under the QP's lock (DirectDone sends it).
+		c.pokeOwed.Store(true)
+	}
 	c.leave()
 	return true
+}
+
+// DirectDone implements engine.DirectWire: the poke TransmitDirect owes.
+func (c *conn) DirectDone(*engine.QP) {
+	if c.pokeOwed.Load() && c.pokeOwed.Swap(false) {
+		c.poke()
+	}
 }
 
 func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
@@ -474,6 +485,15 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 // publishAck records w as completing when the peer has consumed its
 // records, and publishes them.
 func (c *conn) publishAck(w *engine.WQE) engine.Result {
+	if c.recordAck(w) {
+		c.poke()
+	}
+	return engine.ResultPending
+}
+
+// recordAck is publishAck without the poke: it reports whether the peer
+// asked to be poked.
+func (c *conn) recordAck(w *engine.WQE) bool {
 	// Recorded before the publication: a poke for its consumption must find
 	// it. An application that is not polling asks to be poked then (one
 	// that starts to wait later arms the same flag in wake).
@@ -481,10 +501,7 @@ func (c *conn) publishAck(w *engine.WQE) engine.Result {
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
-	if c.reqOut.publish() {
-		c.poke()
-	}
-	return engine.ResultPending
+	return c.reqOut.publish()
 }
 
 // addResp records a request that completes with its response.
