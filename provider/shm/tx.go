@@ -96,10 +96,11 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	h := rec{size: uint32(len(b)), kind: recSend, flags: flags, n: n, imm: imm, total: n}
 	putRec(b, &h)
 	engine.CopyFrom(b[recHdr:recHdr+n], payload, 0)
+	c.expectAck(w, len(b))
 	c.reqOut.commit(len(b))
 	c.nRing++
 	c.nPosted++
-	if c.recordAck(w) {
+	if c.reqOut.publish() {
 		// The poke is a socket write, which may wait for the socket's
 		// lock: not under the QP's lock (DirectDone sends it).
 		c.pokeOwed.Store(true)
@@ -349,9 +350,10 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 		h := rec{size: recHdr, kind: recSendRef, flags: flags | fFirst | fLast, imm: imm, addr: wr.SGList[0].Addr, rkey: wr.SGList[0].LKey, total: total}
 		putRec(b, &h)
+		c.expectAck(w, recHdr)
 		c.reqOut.commit(recHdr)
 		c.nRef++
-		return c.publishAck(w)
+		return c.publishReq()
 	}
 	maxp := uint32(c.reqOut.maxPayload())
 	c.tx.busy = true
@@ -374,6 +376,9 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 		putRec(b, &h)
 		engine.CopyFrom(b[recHdr:recHdr+n], c.src, int(off))
+		if off+n == total {
+			c.expectAck(w, len(b))
+		}
 		c.reqOut.commit(len(b))
 		c.tx.off += n
 		if c.tx.off == total {
@@ -382,7 +387,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	c.tx.busy = false
 	c.nRing++
-	return c.publishAck(w)
+	return c.publishReq()
 }
 
 // ctlMsg puts a one-record request that completes when the peer has
@@ -396,9 +401,10 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast | c.ackFlag(w), n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
 	putRec(b, &h)
 	copy(b[recHdr:], payload)
+	c.expectAck(w, len(b))
 	c.reqOut.commit(len(b))
 	c.nRing++
-	return c.publishAck(w)
+	return c.publishReq()
 }
 
 // reserve is reqOut.reserve, checking the peer's head.
@@ -428,15 +434,14 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 		binary.NativeEndian.PutUint64(b[recHdr:], wr.CompareAdd)
 		binary.NativeEndian.PutUint64(b[recHdr+8:], wr.Swap)
 	}
+	// Waiting for its response before the commit: the stamp makes the
+	// request visible, and the response may come before this goroutine
+	// runs again. The sink stays resolved until then (a rare path: the
+	// peer's memory could not be mapped), so it gets its own copy.
+	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(len(b)), dst: append([][]byte(nil), dst...)})
 	c.reqOut.commit(len(b))
 	c.nRing++
-	// The sink stays resolved until the response comes (a rare path: the
-	// peer's memory could not be mapped), so it gets its own copy.
-	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail, dst: append([][]byte(nil), dst...)})
-	if c.reqOut.publish() {
-		c.poke()
-	}
-	return engine.ResultPending
+	return c.publishReq()
 }
 
 // ackRing holds the requests that complete when the peer's head passes
@@ -482,26 +487,27 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 	return 0
 }
 
-// publishAck records w as completing when the peer has consumed its
-// records, and publishes them.
-func (c *conn) publishAck(w *engine.WQE) engine.Result {
-	if c.recordAck(w) {
-		c.poke()
-	}
-	return engine.ResultPending
-}
-
-// recordAck is publishAck without the poke: it reports whether the peer
-// asked to be poked.
-func (c *conn) recordAck(w *engine.WQE) bool {
-	// Recorded before the publication: a poke for its consumption must find
-	// it. An application that is not polling asks to be poked then (one
-	// that starts to wait later arms the same flag in wake).
-	c.acks.push(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail})
+// expectAck records w as completing when the peer's head passes the
+// record of n bytes about to be committed, its last. It comes before the
+// commit: the stamp makes the record visible, and the peer may consume it
+// and publish its head at once; an entry recorded after a checkAcks that
+// already saw that head would wait for the head's next move, which may
+// never come. An application that is not polling asks to be poked (one
+// that starts to wait later arms the same flag in wake).
+func (c *conn) expectAck(w *engine.WQE, n int) {
+	c.acks.push(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(n)})
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
-	return c.reqOut.publish()
+}
+
+// publishReq publishes the committed records (pokes the peer if it asked)
+// for a request that completes later.
+func (c *conn) publishReq() engine.Result {
+	if c.reqOut.publish() {
+		c.poke()
+	}
+	return engine.ResultPending
 }
 
 // addResp records a request that completes with its response.
