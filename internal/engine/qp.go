@@ -288,25 +288,26 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	return perr
 }
 
-// postSend checks and queues one request; q.mu is held.
-func (q *QP) postSend(wr *verbs.SendWR) error {
+// checkSend checks one request against the QP's state and limits and
+// returns its length and whether it is inline; q.mu is held.
+func (q *QP) checkSend(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 	if q.destroyed {
-		return verbs.ErrClosed
+		return 0, false, verbs.ErrClosed
 	}
 	switch q.state {
 	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSErr:
 	case verbs.QPSSQE:
 		if q.typ != verbs.QPTUD {
-			return fmt.Errorf("%w: QP is in %v", verbs.ErrInvalidState, q.state)
+			return 0, false, fmt.Errorf("%w: QP is in %v", verbs.ErrInvalidState, q.state)
 		}
 	default:
-		return fmt.Errorf("%w: send posted to a QP in %v (needs RTS)", verbs.ErrInvalidState, q.state)
+		return 0, false, fmt.Errorf("%w: send posted to a QP in %v (needs RTS)", verbs.ErrInvalidState, q.state)
 	}
 	if q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) {
-		return fmt.Errorf("%w: send queue holds %d requests (max_send_wr)", verbs.ErrQueueFull, q.cap.MaxSendWR)
+		return 0, false, fmt.Errorf("%w: send queue holds %d requests (max_send_wr)", verbs.ErrQueueFull, q.cap.MaxSendWR)
 	}
 	if len(wr.SGList) > q.cap.MaxSendSGE {
-		return fmt.Errorf("%w: %d SGEs, max_send_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxSendSGE)
+		return 0, false, fmt.Errorf("%w: %d SGEs, max_send_sge is %d", verbs.ErrInvalid, len(wr.SGList), q.cap.MaxSendSGE)
 	}
 	a := &q.dev.cfg.Attr
 	op := wr.Opcode
@@ -315,29 +316,28 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRSendWithInv,
 		verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
 		if q.typ == verbs.QPTUD {
-			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalid, op)
+			return 0, false, fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalid, op)
 		}
 	case verbs.WRLocalInv, verbs.WRBindMW:
-		return fmt.Errorf("%w: %v", verbs.ErrNotSupported, op)
+		return 0, false, fmt.Errorf("%w: %v", verbs.ErrNotSupported, op)
 	default:
-		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, op)
+		return 0, false, fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, op)
 	}
 	if q.deny.Load()&(1<<op) != 0 { // op < 16 here
-		return fmt.Errorf("%w: %v: the connected peer does not implement it", verbs.ErrNotSupported, op)
+		return 0, false, fmt.Errorf("%w: %v: the connected peer does not implement it", verbs.ErrNotSupported, op)
 	}
 	if q.typ == verbs.QPTUD {
 		if wr.AH == nil {
-			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalid)
+			return 0, false, fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalid)
 		}
 		if ah, ok := wr.AH.Driver().(*AH); !ok || ah.pd != q.pd || ah.dead.Load() {
-			return fmt.Errorf("%w: address handle of another protection domain, or destroyed", verbs.ErrInvalid)
+			return 0, false, fmt.Errorf("%w: address handle of another protection domain, or destroyed", verbs.ErrInvalid)
 		}
 	}
-	var n uint64
 	for _, s := range wr.SGList {
 		n += uint64(s.Length)
 	}
-	inline := wr.Flags&verbs.SendInline != 0
+	inline = wr.Flags&verbs.SendInline != 0
 	if inline && wr.Inline != nil {
 		n = uint64(len(wr.Inline))
 	}
@@ -345,37 +345,46 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	switch {
 	case isAtomic:
 		if a.AtomicCap == verbs.AtomicNone {
-			return fmt.Errorf("%w: the device has no atomic operations", verbs.ErrNotSupported)
+			return 0, false, fmt.Errorf("%w: the device has no atomic operations", verbs.ErrNotSupported)
 		}
 		if n != 8 {
-			return fmt.Errorf("%w: atomic result buffer of %d bytes (must be 8)", verbs.ErrInvalid, n)
+			return 0, false, fmt.Errorf("%w: atomic result buffer of %d bytes (must be 8)", verbs.ErrInvalid, n)
 		}
 	case op == verbs.WRFlush:
 		if len(wr.SGList) != 0 || (inline && len(wr.Inline) != 0) {
-			return fmt.Errorf("%w: FLUSH carries no data", verbs.ErrInvalid)
+			return 0, false, fmt.Errorf("%w: FLUSH carries no data", verbs.ErrInvalid)
 		}
 		if wr.FlushType != verbs.FlushGlobal && wr.FlushType != verbs.FlushPersistent {
-			return fmt.Errorf("%w: flush type %v", verbs.ErrInvalid, wr.FlushType)
+			return 0, false, fmt.Errorf("%w: flush type %v", verbs.ErrInvalid, wr.FlushType)
 		}
 	case op == verbs.WRAtomicWrite:
 		if n != 8 {
-			return fmt.Errorf("%w: ATOMIC_WRITE of %d bytes (must be 8)", verbs.ErrInvalid, n)
+			return 0, false, fmt.Errorf("%w: ATOMIC_WRITE of %d bytes (must be 8)", verbs.ErrInvalid, n)
 		}
 	case op == verbs.WRRDMARead:
 		if len(wr.SGList) > a.MaxSGERd {
-			return fmt.Errorf("%w: %d SGEs on an RDMA read, the device allows %d", verbs.ErrInvalid, len(wr.SGList), a.MaxSGERd)
+			return 0, false, fmt.Errorf("%w: %d SGEs on an RDMA read, the device allows %d", verbs.ErrInvalid, len(wr.SGList), a.MaxSGERd)
 		}
 	}
 	if inline {
 		if op == verbs.WRRDMARead || isAtomic || op == verbs.WRFlush {
-			return fmt.Errorf("%w: inline %v", verbs.ErrInvalid, op)
+			return 0, false, fmt.Errorf("%w: inline %v", verbs.ErrInvalid, op)
 		}
 		if n > uint64(q.cap.MaxInlineData) {
-			return fmt.Errorf("%w: %d bytes inline, max_inline_data is %d", verbs.ErrInvalid, n, q.cap.MaxInlineData)
+			return 0, false, fmt.Errorf("%w: %d bytes inline, max_inline_data is %d", verbs.ErrInvalid, n, q.cap.MaxInlineData)
 		}
 	}
 	if n > uint64(q.dev.cfg.Port.MaxMsgSz) {
-		return fmt.Errorf("%w: message of %d bytes, the port allows %d", verbs.ErrInvalid, n, q.dev.cfg.Port.MaxMsgSz)
+		return 0, false, fmt.Errorf("%w: message of %d bytes, the port allows %d", verbs.ErrInvalid, n, q.dev.cfg.Port.MaxMsgSz)
+	}
+	return n, inline, nil
+}
+
+// postSend checks and queues one request; q.mu is held.
+func (q *QP) postSend(wr *verbs.SendWR) error {
+	n, inline, err := q.checkSend(wr)
+	if err != nil {
+		return err
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
 	if err := q.fillWQE(w, wr, n, inline); err != nil {
@@ -445,42 +454,31 @@ type DirectWire interface {
 // It reports whether the request was posted; when it was not, nothing
 // changed and the ordinary path takes it (and reports its errors).
 func (q *QP) postDirect(wr *verbs.SendWR) bool {
-	if q.destroyed || q.state != verbs.QPSRTS || q.typ == verbs.QPTUD || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
-		q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
-		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm) || q.deny.Load()&(1<<wr.Opcode) != 0 ||
-		wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
+	if q.state != verbs.QPSRTS || q.typ == verbs.QPTUD || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
+		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm) || wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
 		return false
 	}
-	inline := wr.Flags&verbs.SendInline != 0
-	var n uint64
-	src := q.dsrc[:0]
+	n, inline, err := q.checkSend(wr)
+	if err != nil {
+		return false // reported by the ordinary path
+	}
+	src, st := q.dsrc[:0], verbs.WCSuccess
 	if inline && wr.Inline != nil {
-		n = uint64(len(wr.Inline))
 		if n > 0 {
 			src = append(src, wr.Inline)
 		}
 	} else {
-		for _, s := range wr.SGList {
-			if s.Length == 0 {
-				continue
-			}
-			b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, 0)
-			if f != FaultNone {
-				return false // an error, reported by the ordinary path
-			}
-			src = append(src, b)
-			n += uint64(s.Length)
-		}
-	}
-	q.dsrc = src
-	if (inline && n > uint64(q.cap.MaxInlineData)) || n > uint64(q.dev.cfg.Port.MaxMsgSz) {
-		return false
+		src, st = q.segments(wr.SGList, src, 0)
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
-	w.seq = q.sq.tail
-	w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
-	ok := q.direct.TransmitDirect(q, w, wr, src, uint32(n))
+	ok := st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)
+	if ok {
+		w.seq = q.sq.tail
+		w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+		ok = q.direct.TransmitDirect(q, w, wr, src, uint32(n))
+	}
 	clear(src) // no references to the caller's memory stay behind
+	q.dsrc = src[:0]
 	if !ok {
 		return false
 	}

@@ -84,14 +84,8 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 		c.leave()
 		return false // no room (or a corrupt head, which the ordinary path reports)
 	}
-	flags := fFirst | fLast | c.ackFlag(w)
-	var imm uint32
-	if wr.Opcode == verbs.WRSendWithImm {
-		flags, imm = flags|fImm, wr.ImmData
-	}
-	if wr.Flags&verbs.SendSolicited != 0 {
-		flags |= fSolicited
-	}
+	flags, imm := msgFlags(wr)
+	flags |= fFirst | fLast | c.ackFlag(w)
 	c.tx = txState{seq: w.Seq(), start: start}
 	h := rec{size: uint32(len(b)), kind: recSend, flags: flags, n: n, imm: imm, total: n}
 	putRec(b, &h)
@@ -321,17 +315,7 @@ func (c *conn) stall() engine.Result {
 func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engine.Result {
 	wr := &w.WR
 	total := w.Len
-	var flags uint8
-	var imm uint32
-	switch wr.Opcode {
-	case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
-		flags, imm = fImm, wr.ImmData
-	case verbs.WRSendWithInv:
-		flags, imm = fInv, wr.InvalidateRKey
-	}
-	if wr.Flags&verbs.SendSolicited != 0 {
-		flags |= fSolicited
-	}
+	flags, imm := msgFlags(wr)
 	flags |= c.ackFlag(w)
 	if kind == recImm {
 		total = 0 // the data went directly; the record carries the length
@@ -388,6 +372,21 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	c.tx.busy = false
 	c.nRing++
 	return c.publishReq()
+}
+
+// msgFlags returns the record flags and the immediate word a message's
+// request carries (immediate data or the key to invalidate, solicited).
+func msgFlags(wr *verbs.SendWR) (flags uint8, imm uint32) {
+	switch wr.Opcode {
+	case verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm:
+		flags, imm = fImm, wr.ImmData
+	case verbs.WRSendWithInv:
+		flags, imm = fInv, wr.InvalidateRKey
+	}
+	if wr.Flags&verbs.SendSolicited != 0 {
+		flags |= fSolicited
+	}
+	return flags, imm
 }
 
 // ctlMsg puts a one-record request that completes when the peer has
