@@ -780,7 +780,7 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 	}
 	recv := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}
 	wc := make([]verbs.WC, 4)
-	l := newLaps(c.Iters + 1)
+	l := newLaps(c.Iters)
 	start := time.Now()
 	for i := range c.Iters {
 		if !p.client || i > 0 {
