@@ -140,7 +140,7 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 			if !cq.tail.CompareAndSwap(pos, pos+1) {
 				continue
 			}
-			s.wc = *wc
+			copyWC(&s.wc, wc)
 			s.seq.Store(pos + 1)
 			cq.signal(wc.Status != verbs.WCSuccess || solicited)
 			return true
@@ -221,7 +221,7 @@ func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 		if !cq.head.CompareAndSwap(pos, pos+1) {
 			continue
 		}
-		wc[n] = s.wc
+		copyWC(&wc[n], &s.wc)
 		// The slot is free for the next lap: a release store suffices (the
 		// copy above is done before it; push only reads seq).
 		atomicx.ReleaseU64(&s.seq, pos+cq.mask+1)
@@ -415,4 +415,25 @@ func (ch *CompChannel) Close() error {
 	ch.closed = true
 	close(ch.done)
 	return ch.fd.close()
+}
+
+// copyWC copies a completion field by field. A struct copy is made of
+// 16-byte loads, and a completion was just written with narrower stores (by
+// its producer, or by push a moment ago in the same goroutine): a load that
+// spans several stores still in the store buffer cannot be forwarded from
+// them and waits for them to reach the cache.
+func copyWC(d, s *verbs.WC) {
+	d.WRID = s.WRID
+	d.Status = s.Status
+	d.Opcode = s.Opcode
+	d.VendorErr = s.VendorErr
+	d.ByteLen = s.ByteLen
+	d.ImmData = s.ImmData
+	d.QPNum = s.QPNum
+	d.SrcQP = s.SrcQP
+	d.Flags = s.Flags
+	d.PKeyIndex = s.PKeyIndex
+	d.SLID = s.SLID
+	d.SL = s.SL
+	d.DLIDPathBits = s.DLIDPathBits
 }

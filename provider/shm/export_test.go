@@ -21,7 +21,7 @@ func (x *Conn) Corrupt() {
 	if b == nil {
 		return
 	}
-	putRec(b, &rec{size: 1 << 20, kind: recSend, flags: fFirst | fLast})
+	putRec(b, rec{size: 1 << 20, kind: recSend, flags: fFirst | fLast})
 	c.reqOut.commit(recHdr)
 	c.reqOut.publish()
 	c.poke()

@@ -9,7 +9,7 @@ import (
 // that lie inside the ring, or an error; it never panics or loops.
 func FuzzPeek(f *testing.F) {
 	rec1 := make([]byte, 64)
-	putRec(rec1, &rec{size: 64, kind: recSend, flags: fFirst | fLast, n: 16, total: 16})
+	putRec(rec1, rec{size: 64, kind: recSend, flags: fFirst | fLast, n: 16, total: 16})
 	f.Add(rec1, uint64(0))
 	pad := make([]byte, 8)
 	binary.NativeEndian.PutUint64(pad, 4096-64|stampPad)

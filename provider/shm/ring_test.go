@@ -34,7 +34,7 @@ func BenchmarkRingPingPong(b *testing.B) {
 	send := func(p *prodRing) {
 		for {
 			if r := p.reserve(recSize(8)); r != nil {
-				putRec(r, &rec{size: uint32(len(r)), kind: recSend, flags: fFirst | fLast, n: 8, total: 8})
+				putRec(r, rec{size: uint32(len(r)), kind: recSend, flags: fFirst | fLast, n: 8, total: 8})
 				p.commit(len(r))
 				p.publish()
 				return
@@ -95,7 +95,7 @@ func TestRingRewind(t *testing.T) {
 		if b == nil {
 			t.Fatal("ring full")
 		}
-		putRec(b, &rec{size: uint32(len(b)), kind: recSend, flags: fFirst | fLast, n: 8, imm: v, total: 8})
+		putRec(b, rec{size: uint32(len(b)), kind: recSend, flags: fFirst | fLast, n: 8, imm: v, total: 8})
 		p.commit(len(b))
 		p.publish()
 	}

@@ -302,7 +302,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 			if off+n == h.total {
 				r.flags = fLast
 			}
-			putRec(b, &r)
+			putRec(b, r)
 			copy(b[recHdr:], src[off:off+n])
 			c.respOut.commit(len(b))
 			c.rx.respOff += n
@@ -358,7 +358,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
 		r := rec{size: uint32(len(b)), kind: recAtomicResp, flags: fLast, n: 8, total: 8}
-		putRec(b, &r)
+		putRec(b, r)
 		binary.NativeEndian.PutUint64(b[recHdr:], old) // the sink holds it in host order
 		c.respOut.commit(len(b))
 		return served

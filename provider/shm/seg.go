@@ -210,14 +210,22 @@ type rec struct {
 }
 
 // putRec writes a header but its stamp (commit writes that).
-func putRec(b []byte, r *rec) {
-	binary.LittleEndian.PutUint32(b[8:], r.size)
-	b[12], b[13], b[14], b[15] = r.kind, r.flags, 0, 0
-	binary.LittleEndian.PutUint32(b[16:], r.n)
-	binary.LittleEndian.PutUint32(b[20:], r.imm)
-	binary.LittleEndian.PutUint64(b[24:], r.addr)
-	binary.LittleEndian.PutUint32(b[32:], r.rkey)
-	binary.LittleEndian.PutUint32(b[36:], r.total)
+func putRec(b []byte, r rec) {
+	putHdr(b, r.size, r.kind, r.flags, r.n, r.imm, r.addr, r.rkey, r.total)
+}
+
+// putHdr is putRec from the fields: a hot path that builds a rec first
+// has the compiler copy it through the stack with wide loads over the
+// narrow stores just made, which the CPU cannot forward (a stall).
+func putHdr(b []byte, size uint32, kind, flags uint8, n, imm uint32, addr uint64, rkey, total uint32) {
+	_ = b[39]
+	binary.LittleEndian.PutUint32(b[8:], size)
+	b[12], b[13], b[14], b[15] = kind, flags, 0, 0
+	binary.LittleEndian.PutUint32(b[16:], n)
+	binary.LittleEndian.PutUint32(b[20:], imm)
+	binary.LittleEndian.PutUint64(b[24:], addr)
+	binary.LittleEndian.PutUint32(b[32:], rkey)
+	binary.LittleEndian.PutUint32(b[36:], total)
 }
 
 func getRec(b []byte, r *rec) {

@@ -87,8 +87,7 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	flags, imm := msgFlags(wr)
 	flags |= fFirst | fLast | c.ackFlag(w)
 	c.tx = txState{seq: w.Seq(), start: start}
-	h := rec{size: uint32(len(b)), kind: recSend, flags: flags, n: n, imm: imm, total: n}
-	putRec(b, &h)
+	putHdr(b, uint32(len(b)), recSend, flags, n, imm, 0, 0, n)
 	engine.CopyFrom(b[recHdr:recHdr+n], payload, 0)
 	c.expectAck(w, len(b))
 	c.reqOut.commit(len(b))
@@ -333,7 +332,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 			return c.stall()
 		}
 		h := rec{size: recHdr, kind: recSendRef, flags: flags | fFirst | fLast, imm: imm, addr: wr.SGList[0].Addr, rkey: wr.SGList[0].LKey, total: total}
-		putRec(b, &h)
+		putRec(b, h)
 		c.expectAck(w, recHdr)
 		c.reqOut.commit(recHdr)
 		c.nRef++
@@ -358,7 +357,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		if off+n == total {
 			h.flags |= fLast
 		}
-		putRec(b, &h)
+		putRec(b, h)
 		engine.CopyFrom(b[recHdr:recHdr+n], c.src, int(off))
 		if off+n == total {
 			c.expectAck(w, len(b))
@@ -398,7 +397,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 		return c.stall()
 	}
 	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast | c.ackFlag(w), n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
-	putRec(b, &h)
+	putRec(b, h)
 	copy(b[recHdr:], payload)
 	c.expectAck(w, len(b))
 	c.reqOut.commit(len(b))
@@ -428,7 +427,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 		return c.stall()
 	}
 	h := rec{size: uint32(len(b)), kind: kind, flags: flags | fFirst | fLast, n: uint32(n), addr: wr.RemoteAddr, rkey: wr.RKey, total: w.Len}
-	putRec(b, &h)
+	putRec(b, h)
 	if kind == recAtomicReq {
 		binary.NativeEndian.PutUint64(b[recHdr:], wr.CompareAdd)
 		binary.NativeEndian.PutUint64(b[recHdr+8:], wr.Swap)
@@ -465,9 +464,13 @@ func newAckRing(maxWR int) ackRing {
 	return ackRing{buf: make([]pend, n), mask: uint64(n - 1)}
 }
 
-func (r *ackRing) push(e pend) {
+// push adds a request ending at ring position end. The entry is written
+// in place, field by field: a pend built on the stack and copied would be
+// read back with wide loads over narrow stores (a store-forwarding stall).
+func (r *ackRing) push(w *engine.WQE, seq, start, end uint64) {
 	t := r.tail.Load()
-	r.buf[t&r.mask] = e
+	e := &r.buf[t&r.mask]
+	e.w, e.seq, e.start, e.end, e.dst = w, seq, start, end, nil
 	atomicx.ReleaseU64(&r.tail, t+1)
 }
 
@@ -494,7 +497,7 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 // never come. An application that is not polling asks to be poked (one
 // that starts to wait later arms the same flag in wake).
 func (c *conn) expectAck(w *engine.WQE, n int) {
-	c.acks.push(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(n)})
+	c.acks.push(w, w.Seq(), c.tx.start, c.reqOut.tail+uint64(n))
 	if !c.polled.Load() {
 		atomic.StoreUint32(c.reqOut.c.wait, 1)
 	}
