@@ -43,7 +43,7 @@ type CQ struct {
 	// is empty (copy-on-write; read with one atomic load).
 	pollers    atomic.Pointer[[]Poller]
 	pmu        sync.Mutex
-	emptyPolls atomic.Uint32
+	emptyPolls atomic.Uint64
 	lastYield  atomic.Int64 // since yieldEpoch
 }
 
@@ -195,7 +195,9 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 			// machines. At most once per yieldGap: a yield costs a trip
 			// through the scheduler (a netpoll syscall among others), which
 			// every 128 polls of a shared-memory ring was 5% of its latency.
-			if n == 0 && cq.emptyPolls.Add(1)&127 == 0 {
+			// The count is a plain load and store, not a locked add (a tenth
+			// of an empty poll): concurrent pollers may lose increments.
+			if n == 0 && cq.countEmpty()&127 == 0 {
 				if now := int64(time.Since(yieldEpoch)); now-cq.lastYield.Load() >= int64(yieldGap) {
 					cq.lastYield.Store(now)
 					runtime.Gosched()
@@ -415,6 +417,13 @@ func (ch *CompChannel) Close() error {
 	ch.closed = true
 	close(ch.done)
 	return ch.fd.close()
+}
+
+// countEmpty counts an empty poll and returns the count.
+func (cq *CQ) countEmpty() uint64 {
+	n := cq.emptyPolls.Load() + 1
+	atomicx.ReleaseU64(&cq.emptyPolls, n)
+	return n
 }
 
 // copyWC copies a completion field by field. A struct copy is made of

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -161,7 +162,12 @@ func (c *conn) abort() {
 	close(c.done)
 }
 
-// enter admits a goroutine into the segments; false once they are going away.
+// enter admits a goroutine into the segments and the peer's regions that
+// we map; false once they are going away. The teardown waits for those
+// inside before it unmaps the regions and retires the segments. Hot paths
+// that touch only the segments (a poll that finds nothing to consume, the
+// acknowledgement checks, TransmitDirect) check closing and do not enter:
+// retired segments stay valid memory (segment.retire).
 func (c *conn) enter() bool {
 	c.users.Add(1)
 	if c.closing.Load() {
@@ -297,8 +303,12 @@ func (c *conn) teardown() {
 	c.retired = nil
 	c.mapMu.Unlock()
 	c.last = nil
-	c.mine.unmap()
-	c.peer.unmap()
+	// The polls' idle checks, the acknowledgement checks and the direct
+	// SEND path read and write the segments without entering: the
+	// segments are retired, not unmapped, and the placeholders go with c.
+	c.mine.retire()
+	c.peer.retire()
+	runtime.AddCleanup(c, retired, [2][]byte{c.mine.mem, c.peer.mem})
 }
 
 // poke asks the peer to look at the rings. It never blocks: a full socket
@@ -368,14 +378,17 @@ func (c *conn) wake() {
 // both inbound rings, complete what the peer finished, resume a stalled send
 // queue.
 func (c *conn) progress() {
-	if !c.enter() {
+	if c.closing.Load() {
 		return
 	}
 	poke, got := false, 0
 	// An idle poll only reads: the rings' positions, and the peer's state.
-	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
-		poke, got = c.consume()
-		c.consMu.Unlock()
+	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.enter() {
+		if c.consMu.TryLock() {
+			poke, got = c.consume()
+			c.consMu.Unlock()
+		}
+		c.leave()
 	}
 	// After a delivery the application has a completion to take: the acks
 	// wait for the next poll (once: a stream of deliveries must not starve
@@ -395,10 +408,7 @@ func (c *conn) progress() {
 	}
 	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {
 		c.stalled.Store(false)
-		c.leave()
 		c.q.Kick()
-	} else {
-		c.leave()
 	}
 	if poke {
 		c.poke()

@@ -137,6 +137,36 @@ func (s *segment) unmap() {
 	}
 }
 
+// retire detaches a segment that goroutines may still be reading or
+// writing without having entered (see conn.enter): its pages are replaced,
+// at the same addresses, by private anonymous memory, so that the shared
+// memory is released (and a late write reaches nobody) while every access
+// stays valid. The placeholder is unmapped once the connection is garbage
+// (retired).
+func (s *segment) retire() {
+	if s == nil || s.mem == nil {
+		return
+	}
+	p := unsafe.Pointer(unsafe.SliceData(s.mem))
+	if _, err := unix.MmapPtr(-1, 0, p, uintptr(len(s.mem)), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
+		// Out of memory for page tables: keep the shared mapping (the
+		// placeholder's cleanup unmaps it just the same).
+		return
+	}
+}
+
+// retired unmaps the placeholders of a connection's retired segments; it
+// runs as a cleanup once the connection is unreachable, when no goroutine
+// can be inside them.
+func retired(mems [2][]byte) {
+	for _, m := range mems {
+		if m != nil {
+			unix.Munmap(m)
+		}
+	}
+}
+
 func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
 

@@ -70,18 +70,14 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 // ring has room and nothing is in progress; anything else is declined.
 // Declining must leave no trace: the ordinary path then does everything.
 func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool {
-	if n >= refMin || !c.enter() {
-		return false
-	}
-	if c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
-		c.leave()
+	// Not entered (see enter): it touches only the segments.
+	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
 		return false
 	}
 	start := c.reqOut.tail // as transmit does: a pad or rewind that reserve makes is part of the request
 	c.reqOut.rewind(c.ackHead.Load())
 	b := c.reqOut.reserve(recSize(int(n)))
 	if b == nil {
-		c.leave()
 		return false // no room (or a corrupt head, which the ordinary path reports)
 	}
 	flags, imm := msgFlags(wr)
@@ -98,7 +94,6 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 		// lock: not under the QP's lock (DirectDone sends it).
 		c.pokeOwed.Store(true)
 	}
-	c.leave()
 	return true
 }
 
