@@ -28,8 +28,9 @@ const (
 	msgMapRep = 6
 
 	// protoVersion changes with anything both sides must agree on: the
-	// segment layout, the ring records (2: records found by their stamp).
-	protoVersion = 2
+	// segment layout, the ring records (2: records found by their stamp;
+	// 3: stamps keyed, records on cache lines).
+	protoVersion = 3
 	setupHdr     = 28
 )
 

@@ -138,6 +138,54 @@ func TestRingRewind(t *testing.T) {
 	}
 }
 
+// TestRingStaleWords: the word where the consumer looks for its next
+// record may hold anything an earlier lap left there (nothing clears it):
+// even the record's own position, as a payload word, is not a stamp; only
+// the position under the ring's key is. Small records take one cache line.
+func TestRingStaleWords(t *testing.T) {
+	l := layout{reqSize: 4096, respSize: 4096, slots: 8}
+	s, fd, err := newSegment(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFds([]int{fd})
+	defer s.unmap()
+	var p prodRing
+	var c consRing
+	p.init(s, ctlReq, l.reqOff(), l.reqSize)
+	c.init(s, ctlReq, l.reqOff(), l.reqSize)
+	if p.key == 0 || p.key != c.key {
+		t.Fatalf("producer key %#x, consumer key %#x", p.key, c.key)
+	}
+	var h rec
+	for lap := range 3 {
+		for c.head < uint64(lap+1)*uint64(len(c.data)) {
+			at := c.head & c.mask
+			// What an earlier lap's payload could have left there.
+			for _, stale := range []uint64{c.head, c.head | stampPad, c.head ^ 1, 0, ^uint64(0)} {
+				binary.NativeEndian.PutUint64(c.data[at:], stale)
+				if _, ok, err := c.peek(&h); ok || err != nil {
+					t.Fatalf("lap %d, position %d: stale word %#x taken for a record (err %v)", lap, c.head, stale, err)
+				}
+			}
+			b := p.reserve(recSize(8))
+			if b == nil {
+				t.Fatal("ring full")
+			}
+			if len(b) != 64 {
+				t.Fatalf("an 8-byte message takes %d bytes, want one 64-byte line", len(b))
+			}
+			putRec(b, rec{size: uint32(len(b)), kind: recSend, flags: fFirst | fLast, n: 8, total: 8})
+			p.commit(len(b))
+			if _, ok, err := c.peek(&h); !ok || err != nil {
+				t.Fatalf("lap %d, position %d: committed record not found (err %v)", lap, c.head, err)
+			}
+			c.advance(&h)
+			c.publish()
+		}
+	}
+}
+
 // TestSetupVersion: a connection message of another protocol version (a
 // peer whose rings are laid out differently) is refused, not misread.
 func TestSetupVersion(t *testing.T) {

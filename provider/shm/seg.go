@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"math/rand/v2"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/atomicx"
@@ -34,6 +36,7 @@ const (
 	offIRD    = 580
 	offAccess = 584
 	offMinRNR = 588 // min_rnr_timer
+	offKeys   = 592 // the stamp keys of the request and response rings (owner writes at creation)
 	offSlots  = 4096
 
 	ctlTail  = 0   // producer's position (bytes ever written)
@@ -87,9 +90,11 @@ func newSegment(l layout) (*segment, int, error) {
 		unix.Close(fd)
 		return nil, -1, err
 	}
-	// The rings are empty: no record at their first position (0).
-	*s.u64(l.reqOff()) = stampNone
-	*s.u64(l.respOff()) = stampNone
+	// Each ring's stamps are keyed (see ring): a fresh segment's zeros are
+	// no record.
+	for i := range 2 {
+		*s.u64(offKeys + 8*i) = rand.Uint64() | 1
+	}
 	return s, fd, nil
 }
 
@@ -182,28 +187,24 @@ type ringCtl struct {
 	sleep, wait *uint32
 }
 
-// Records are 8-byte aligned: a 40-byte header, then the payload. The
+// Records start on cache lines: a 40-byte header, then the payload. The
 // header's first word is the record's stamp, written last: the consumer
 // finds a record by its stamp, polling the line the record itself starts
 // in, instead of a tail word it would read first (a cache miss, then
-// another for the record). Aligning records to cache lines was measured
-// slower (more lines and pages in use), so a record may straddle two.
+// another for the record). A small message is one line, which the
+// producer takes from the consumer's cache once and the consumer takes
+// back once (records packed 8-byte aligned straddled two lines every other
+// message; with the hot window of rewind, the lines in use are as few).
 //
-//	0   stamp: the record's ring position (| stampPad for a pad)
+//	0   stamp: the record's ring position (| stampPad for a pad), XOR the ring's key
 //	8   size (whole record), kind, flags
 //	16  payload bytes, immediate data
 //	24  remote address
 //	32  rkey, message total
 const (
 	recHdr   = 40
-	recAlign = 8
+	recAlign = 64
 
-	// stampNone is in the stamp word where the producer has not written
-	// the next record yet: before it writes a record, the producer clears
-	// the word after it, so that what the consumer finds there is this
-	// value or the next record's stamp, never an old record's or payload's
-	// bytes.
-	stampNone = ^uint64(0)
 	// stampPad marks a pad: the rest of the ring, to its end, is unused.
 	stampPad = 1 << 63
 
@@ -270,17 +271,26 @@ func getRec(b []byte, r *rec) {
 
 func recSize(payload int) int { return (recHdr + payload + recAlign - 1) &^ (recAlign - 1) }
 
-// ring is what both ends know of a ring: its control words and its data.
+// ring is what both ends know of a ring: its control words, its data, and
+// the key of its stamps. A stamp is the record's position XOR the key:
+// whatever a word held before (an older record's stamp, payload bytes of an
+// older lap, the zeros of a fresh segment) is not mistaken for the record
+// the consumer waits for, without the producer clearing the word after
+// each record (a store to a line the consumer may hold, which the stamp
+// behind it would wait for). The key guards against accidents, not a
+// hostile peer, which can write anything and is checked as before.
 type ring struct {
 	c    ringCtl
 	data []byte
 	mask uint64
+	key  uint64
 }
 
 func (r *ring) init(s *segment, ctl, off, size int) {
 	r.c = s.ctl(ctl)
 	r.data = s.mem[off : off+size : off+size]
 	r.mask = uint64(size - 1)
+	r.key = atomic.LoadUint64(s.u64(offKeys + 8*(ctl/ctlResp)))
 }
 
 // stamp is the stamp word at offset idx (a multiple of 8).
@@ -319,12 +329,11 @@ func (r *prodRing) refreshHead() error {
 
 // reserve returns n contiguous bytes (n a multiple of recAlign) at the
 // tail, writing a pad first when they do not fit before the end of the
-// ring, or nil when the ring has no room. The room includes the stamp word
-// after the record, which commit clears.
+// ring, or nil when the ring has no room.
 func (r *prodRing) reserve(n int) []byte {
 	size := uint64(len(r.data))
 	idx := r.tail & r.mask
-	need := uint64(n) + 8
+	need := uint64(n)
 	if idx+uint64(n) > size {
 		need += size - idx
 	}
@@ -341,11 +350,10 @@ func (r *prodRing) reserve(n int) []byte {
 }
 
 // pad ends the lap at offset idx of the tail: the records go on at the
-// start of the ring (whose first word is free: the caller checked).
+// start of the ring (free: the caller checked).
 func (r *prodRing) pad(idx uint64) {
-	atomicx.Release64(r.stamp(0), stampNone)
 	raceRelease()
-	atomicx.Release64(r.stamp(idx), r.tail|stampPad)
+	atomicx.Release64(r.stamp(idx), (r.tail|stampPad)^r.key)
 	r.tail += uint64(len(r.data)) - idx
 }
 
@@ -370,13 +378,11 @@ func (r *prodRing) rewind(head uint64) {
 }
 
 // commit publishes to the consumer the record written (but its stamp) into
-// the space reserve returned: it clears the stamp word after it, then
-// stamps it, in this order (release stores: the consumer that sees the
-// stamp sees the record and the cleared word).
+// the space reserve returned by stamping it (a release store: the consumer
+// that sees the stamp sees the record).
 func (r *prodRing) commit(n int) {
-	atomicx.Release64(r.stamp((r.tail+uint64(n))&r.mask), stampNone)
 	raceRelease()
-	atomicx.Release64(r.stamp(r.tail&r.mask), r.tail)
+	atomicx.Release64(r.stamp(r.tail&r.mask), r.tail^r.key)
 	r.tail += uint64(n)
 }
 
@@ -408,7 +414,7 @@ var errCorrupt = errors.New("shm: peer corrupted the shared ring")
 // false when the ring is empty. Every field the peer wrote is checked.
 func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
 	idx := r.head & r.mask
-	st := atomic.LoadUint64(r.stamp(idx))
+	st := atomic.LoadUint64(r.stamp(idx)) ^ r.key
 	if st == r.head|stampPad {
 		if idx == 0 {
 			return nil, false, errCorrupt // a whole lap of nothing
@@ -416,7 +422,7 @@ func (r *consRing) peek(h *rec) (payload []byte, ok bool, err error) {
 		r.head += uint64(len(r.data)) - idx
 		atomicx.ReleaseU64(&r.next, r.head)
 		idx = 0
-		st = atomic.LoadUint64(r.stamp(0))
+		st = atomic.LoadUint64(r.stamp(0)) ^ r.key
 	}
 	if st != r.head {
 		return nil, false, nil
@@ -441,7 +447,7 @@ func (r *consRing) idle() bool {
 	if atomic.LoadUint64(r.c.head) != h {
 		return false // taken, not yet acknowledged
 	}
-	st := atomic.LoadUint64(r.stamp(h & r.mask))
+	st := atomic.LoadUint64(r.stamp(h&r.mask)) ^ r.key
 	return st != h && st != h|stampPad
 }
 
