@@ -383,12 +383,22 @@ func (c *conn) progress() {
 	}
 	poke, got := false, 0
 	// An idle poll only reads: the rings' positions, and the peer's state.
-	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.enter() {
-		if c.consMu.TryLock() {
-			poke, got = c.consume()
-			c.consMu.Unlock()
+	// Consuming does not enter either: only a SEND by reference uses a
+	// mapping of the peer's (serveRef enters).
+	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
+		poke, got = c.consume()
+		c.consMu.Unlock()
+		// An acknowledgement this poll deferred is published now if polled
+		// mode ended meanwhile: the goroutine that ended it (idleCheck,
+		// PollStop) found the consumer busy and could not. The unlock is a
+		// full fence: either that goroutine's progress came after it, or
+		// this load sees polled cleared.
+		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.c.head) {
+			c.publishAckable()
+			if atomic.LoadUint32(c.reqIn.c.wait) != 0 && atomic.CompareAndSwapUint32(c.reqIn.c.wait, 1, 0) {
+				poke = true
+			}
 		}
-		c.leave()
 	}
 	// After a delivery the application has a completion to take: the acks
 	// wait for the next poll (once: a stream of deliveries must not starve

@@ -241,25 +241,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 		return c.finishRecv(h)
 
 	case recSendRef:
-		c.mapMu.Lock()
-		r := c.srcs[h.rkey]
-		c.mapMu.Unlock()
-		if r == nil {
-			return hold // the offer is on its way over the socket
-		}
-		if r.fallback || h.addr < r.base || uint64(h.total) > uint64(len(r.mem)) || h.addr-r.base > uint64(len(r.mem))-uint64(h.total) || c.rx.active {
-			return c.protoErr()
-		}
-		if r := c.startRecv(h.total); r != served {
-			return r
-		}
-		if !r.acquire() {
-			// The sender deregistered the region of a SEND in flight.
-			return c.recvErr(verbs.WCGeneralErr, verbs.WCRemOpErr)
-		}
-		engine.CopyInto(c.rx.dst, 0, r.at(h.addr, h.total))
-		r.release()
-		return c.finishRecv(h)
+		return c.serveRef(h)
 
 	case recWrite:
 		if h.flags&fFirst != 0 && h.total > 0 {
@@ -364,6 +346,34 @@ func (c *conn) serve(h *rec, p []byte) int {
 		return served
 	}
 	return c.protoErr()
+}
+
+// serveRef receives a SEND by reference: a copy from the sender's region,
+// which we map. The mapping is the teardown's to unmap: it is used entered.
+func (c *conn) serveRef(h *rec) int {
+	if !c.enter() {
+		return hold // the connection is going away
+	}
+	defer c.leave()
+	c.mapMu.Lock()
+	r := c.srcs[h.rkey]
+	c.mapMu.Unlock()
+	if r == nil {
+		return hold // the offer is on its way over the socket
+	}
+	if r.fallback || h.addr < r.base || uint64(h.total) > uint64(len(r.mem)) || h.addr-r.base > uint64(len(r.mem))-uint64(h.total) || c.rx.active {
+		return c.protoErr()
+	}
+	if r := c.startRecv(h.total); r != served {
+		return r
+	}
+	if !r.acquire() {
+		// The sender deregistered the region of a SEND in flight.
+		return c.recvErr(verbs.WCGeneralErr, verbs.WCRemOpErr)
+	}
+	engine.CopyInto(c.rx.dst, 0, r.at(h.addr, h.total))
+	r.release()
+	return c.finishRecv(h)
 }
 
 // finishRecv completes the SEND received into c.rx.
