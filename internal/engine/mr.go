@@ -196,6 +196,27 @@ func (d *Device) resolve(key uint32, pd *PD, addr uint64, n uint32, need verbs.A
 	if mr == nil {
 		return nil, nil, FaultKey
 	}
+	return check(mr, pd, addr, n, need)
+}
+
+// resolveCached is resolve through a one-entry cache of the region last
+// found, owned by the caller's lock: a message path that uses the same
+// buffers again and again skips the table's two dependent loads (on pages
+// of their own). A region deregistered or invalidated meanwhile is not
+// valid: the table is asked again.
+func (d *Device) resolveCached(cache **MR, key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
+	mr := *cache
+	if mr == nil || mr.key != key || !mr.valid.Load() {
+		if mr = d.mrs.lookup(key); mr == nil {
+			return nil, nil, FaultKey
+		}
+		*cache = mr
+	}
+	return check(mr, pd, addr, n, need)
+}
+
+// check is resolve's checks of a region found by its key.
+func check(mr *MR, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
 	if mr.pd != pd {
 		return nil, mr, FaultPD
 	}

@@ -122,6 +122,9 @@ type QP struct {
 	wire   Wire
 	direct DirectWire // wire, when it has the direct path
 	dsrc   [][]byte   // postDirect's payload pieces
+	// The regions the SGEs of postDirect and fillWQE (under mu) and of
+	// DeliverRecv (under rqMu) last resolved to (Device.resolveCached).
+	sendMR, recvMR *MR
 
 	mu    sync.Mutex
 	state verbs.QPState
@@ -414,7 +417,7 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 			w.inl = append(w.inl, wr.Inline...)
 		} else {
 			for _, s := range wr.SGList {
-				b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, 0)
+				b, _, f := q.dev.resolveCached(&q.sendMR, s.LKey, q.pd, s.Addr, s.Length, 0)
 				if f != FaultNone && s.Length > 0 {
 					return fmt.Errorf("%w: inline SGE (%#x, %d, lkey %#x): %v", verbs.ErrInvalid, s.Addr, s.Length, s.LKey, f)
 				}
@@ -468,7 +471,17 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 			src = append(src, wr.Inline)
 		}
 	} else {
-		src, st = q.segments(wr.SGList, src, 0)
+		for _, s := range wr.SGList {
+			if s.Length == 0 {
+				continue
+			}
+			b, _, f := q.dev.resolveCached(&q.sendMR, s.LKey, q.pd, s.Addr, s.Length, 0)
+			if f != FaultNone {
+				st = verbs.WCLocProtErr
+				break
+			}
+			src = append(src, b)
+		}
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
 	ok := st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)
@@ -878,7 +891,7 @@ func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool) (ok bool, st
 		if s.Length == 0 {
 			continue
 		}
-		b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, verbs.AccessLocalWrite)
+		b, _, f := q.dev.resolveCached(&q.recvMR, s.LKey, q.pd, s.Addr, s.Length, verbs.AccessLocalWrite)
 		if f != FaultNone {
 			st = verbs.WCLocProtErr
 			break
