@@ -58,8 +58,37 @@ var yieldEpoch = time.Now()
 // by Poll when the CQ is empty. PollStop says the application is about to
 // block (Wait, ReqNotify), so the provider must make progress on its own.
 type Poller interface {
-	PollProgress()
+	// PollProgress may hand completions for cq straight to the poll that
+	// called it, in wc (which may be empty), and returns how many it put
+	// there: see Handoff. cq is nil when no poll waits for them (Wait's
+	// spin).
+	PollProgress(cq *CQ, wc []verbs.WC) int
 	PollStop()
+}
+
+// Handoff is the output array of a Poll that found its CQ empty, lent by
+// the poller it drives to the deliveries it makes (QP.DeliverRecv): a
+// receive completion for that CQ made while the CQ holds nothing, nobody
+// armed it and nobody waits goes there, instead of through the ring and
+// back out (a compare-and-swap and a fenced store to push, another
+// compare-and-swap to pop). It lives on the poller's stack.
+type Handoff struct {
+	CQ *CQ
+	WC []verbs.WC
+	N  int
+}
+
+// take returns the next free entry of the hand-off for a completion of cq,
+// or nil when the completion must go through the ring: another CQ's, no
+// room, or a CQ that holds completions (they come first), that someone
+// armed or waits on (they must be told), or that overflowed.
+func (ho *Handoff) take(cq *CQ) *verbs.WC {
+	if ho == nil || ho.CQ != cq || ho.N == len(ho.WC) || cq.tail.Load() != cq.head.Load() ||
+		cq.armed.Load() != armNone || cq.waiters.Load() != 0 || cq.overflow.Load() {
+		return nil
+	}
+	ho.N++
+	return &ho.WC[ho.N-1]
 }
 
 func (cq *CQ) pollStop() {
@@ -186,9 +215,12 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	if n == 0 && err == nil && len(wc) > 0 {
 		if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 {
 			for _, p := range *ps {
-				p.PollProgress()
+				n += p.PollProgress(cq, wc[n:])
 			}
-			n, err = cq.poll(wc)
+			m, perr := cq.poll(wc[n:])
+			if n += m; n == 0 {
+				err = perr // an overflow is reported by a poll that has nothing else
+			}
 			// A busy-polling loop never enters the scheduler (its reads are
 			// raw syscalls), so it yields now and then: the provider's own
 			// goroutines (responses, flushes) must get a CPU on small
@@ -275,7 +307,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 				return nil
 			}
 			for _, p := range *ps {
-				p.PollProgress()
+				p.PollProgress(nil, nil)
 			}
 			if i%16 == 0 {
 				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {

@@ -867,8 +867,9 @@ func (q *QP) TakeRecv() (*RecvCtx, bool) {
 // completes with wc (WRID and QPNum filled in). ok is false when no receive
 // is posted (an RNR). A receive whose buffers fail the checks, or are too
 // small, completes with WCLocProtErr or WCLocLenErr, which st reports; the
-// caller then fails the QP as after CompleteRecv with an error.
-func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool) (ok bool, st verbs.WCStatus) {
+// caller then fails the QP as after CompleteRecv with an error. ho is the
+// hand-off of the poll the caller runs in (PollProgress's), or nil.
+func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff) (ok bool, st verbs.WCStatus) {
 	q.rqMu.Lock()
 	var sge []verbs.SGE
 	if q.srq != nil {
@@ -904,6 +905,10 @@ func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool) (ok bool, st
 	q.rqMu.Unlock()
 	wc.Status = st
 	wc.QPNum = q.num
+	if d := ho.take(q.rcq); d != nil {
+		copyWC(d, wc)
+		return true, st
+	}
 	q.rcq.push(wc, solicited)
 	return true, st
 }

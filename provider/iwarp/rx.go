@@ -190,8 +190,14 @@ func (c *conn) rxLoop() {
 }
 
 // PollProgress implements engine.Poller: polled mode's non-blocking pump,
-// called by CQ.Poll on the application's goroutine.
-func (c *conn) PollProgress() {
+// called by CQ.Poll on the application's goroutine. Its completions go
+// through the CQ's ring (it hands none off).
+func (c *conn) PollProgress(*engine.CQ, []verbs.WC) int {
+	c.pollProgress()
+	return 0
+}
+
+func (c *conn) pollProgress() {
 	if !c.estabDone.Load() {
 		return // the receive side starts once the QP is established
 	}

@@ -322,7 +322,7 @@ func (c *conn) poke() {
 
 // PollProgress implements engine.Poller: the application polls a CQ of the
 // QP, so the connection runs in its goroutine and nobody needs poking.
-func (c *conn) PollProgress() {
+func (c *conn) PollProgress(cq *engine.CQ, wc []verbs.WC) int {
 	if c.idleMark.Load() {
 		c.idleMark.Store(false)
 	}
@@ -338,7 +338,9 @@ func (c *conn) PollProgress() {
 		// The socket goroutine checks that polling goes on.
 		c.uc.SetReadDeadline(time.Now().Add(pollIdle))
 	}
-	c.progress()
+	ho := engine.Handoff{CQ: cq, WC: wc}
+	c.progress(&ho)
+	return ho.N
 }
 
 // PollStop implements engine.Poller: the application is about to block.
@@ -358,7 +360,7 @@ func (c *conn) idleCheck() {
 // then asks the peer to poke again, and looks once more (a poke could
 // have been skipped between the two).
 func (c *conn) wake() {
-	c.progress()
+	c.progress(nil)
 	if c.polled.Load() || !c.enter() {
 		return
 	}
@@ -371,13 +373,13 @@ func (c *conn) wake() {
 		atomic.StoreUint32(c.respOut.c.wait, 1)
 	}
 	c.leave()
-	c.progress()
+	c.progress(nil)
 }
 
 // progress does everything that can be done now without blocking: consume
 // both inbound rings, complete what the peer finished, resume a stalled send
 // queue.
-func (c *conn) progress() {
+func (c *conn) progress(ho *engine.Handoff) {
 	if c.closing.Load() {
 		return
 	}
@@ -386,7 +388,7 @@ func (c *conn) progress() {
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
 	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
-		poke, got = c.consume()
+		poke, got = c.consume(ho)
 		c.consMu.Unlock()
 		// An acknowledgement this poll deferred is published now if polled
 		// mode ended meanwhile: the goroutine that ended it (idleCheck,
@@ -446,7 +448,7 @@ func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, f
 // RecvPosted implements engine.Wire: a SEND waiting for a receive can go on.
 func (c *conn) RecvPosted(q *engine.QP) {
 	if c.held.Load() {
-		c.progress()
+		c.progress(nil)
 	}
 }
 

@@ -154,7 +154,7 @@ func (c *conn) installMap(msg []byte, fds []int) {
 	}
 	c.mapMu.Unlock()
 	if offer {
-		c.progress() // a reference may be waiting for it
+		c.progress(nil) // a reference may be waiting for it
 	} else {
 		c.q.Kick()
 	}

@@ -27,10 +27,10 @@ const (
 	stop           // the QP failed: consume nothing more
 )
 
-// consume processes both inbound rings; consMu is held and the caller is
-// inside the segments. It reports whether the peer needs a poke, and how
-// many records it took.
-func (c *conn) consume() (poke bool, got int) {
+// consume processes both inbound rings; consMu is held. It reports whether
+// the peer needs a poke, and how many records it took. ho is the hand-off
+// of the poll it runs in, if any (engine.Handoff).
+func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	var h rec
 	for {
 		p, ok, err := c.respIn.peek(&h)
@@ -68,7 +68,7 @@ func (c *conn) consume() (poke bool, got int) {
 			break
 		}
 		ackNow = ackNow || h.flags&fAck != 0
-		r := c.serve(&h, p)
+		r := c.serve(&h, p, ho)
 		if r == hold || r == holdRNR {
 			c.held.Store(true)
 			rnr = r == holdRNR
@@ -193,7 +193,7 @@ func (c *conn) protoErr() int {
 }
 
 // serve executes one request record as the responder.
-func (c *conn) serve(h *rec, p []byte) int {
+func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 	q := c.q
 	switch h.kind {
 	case recSend:
@@ -206,7 +206,7 @@ func (c *conn) serve(h *rec, p []byte) int {
 			if h.flags&fImm != 0 {
 				wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
 			}
-			ok, st := q.DeliverRecv(p, &wc, h.flags&fSolicited != 0)
+			ok, st := q.DeliverRecv(p, &wc, h.flags&fSolicited != 0, ho)
 			switch {
 			case !ok:
 				return holdRNR
