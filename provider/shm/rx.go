@@ -87,7 +87,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// the application its completion: the store writes a line the
 	// requester reads, and the next locked instruction of this poll would
 	// wait for that line's round trip between cores. A poll comes soon in
-	// polled mode, and the socket goroutine ends polled mode (publishing)
+	// polled mode, and the idle timer ends polled mode (publishing)
 	// after pollIdle. Acknowledged at once: a request someone waits for
 	// (fAck: signaled, or the requester's send queue is filling), a
 	// requester waiting for room or order, a held request, a ring a quarter
