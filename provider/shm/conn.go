@@ -237,10 +237,8 @@ func (c *conn) rxLoop() {
 // pollIdle is how long an application may go without polling before the
 // connection falls back to being poked. A timer checks it (idleTick), not
 // a read deadline of the socket goroutine: a read that times out is a
-// system call every pollIdle, and each system call keeps the Go runtime's
-// monitor thread waking every 20 µs for the next millisecond, which on a
-// machine whose CPUs all poll takes one of them for microseconds each time
-// (measured: a context switch every 85 µs, 10% of a ping-pong's time).
+// system call every pollIdle, by a goroutine that must first get a CPU
+// that the pollers hold; a timer runs when a poller yields.
 const pollIdle = 2 * time.Millisecond
 
 // peerGone handles the end of the socket.
