@@ -29,7 +29,7 @@ before SERVER, as with perftest. With -d shm0 both processes are on one
 host: the socket is the abstract name @goverbs-perf-PORT, SERVER is ignored.
 
 Method.
-  Latency: every iteration is timestamped once, at its post (perftest's
+  Latency: every iteration is timestamped once, right after its post (perftest's
   method), and a sample is the time between two consecutive stamps; the
   distribution of the samples is reported: t_min, t_typical (the median),
   t_avg, t_max, the standard deviation, and the 99% and 99.9% percentiles.

@@ -791,10 +791,10 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 				return res, err
 			}
 		}
-		l.stamp()
 		if err := q.id.QP.PostSend(send); err != nil {
 			return res, err
 		}
+		l.stamp() // after the post: see laps
 		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
 			return res, err
 		}
@@ -846,11 +846,11 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 				return res, err
 			}
 		}
-		l.stamp()
 		post[0] = byte(i)
 		if err := q.id.QP.PostSend(wr); err != nil {
 			return res, err
 		}
+		l.stamp() // after the post: see laps
 		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
 			return res, err
 		}
