@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -67,8 +68,9 @@ type conn struct {
 	// ackHead is the peer's head when checkAcks last looked: until it
 	// moves, nothing in acks can be done.
 	ackHead atomic.Uint64
-	// ackSkipped: the last progress left the acks for later.
-	ackSkipped atomic.Bool
+	// ackSkipped: a progress that delivered left the acks for later, and
+	// none has looked at them since.
+	ackSkipped atomic.Uint64
 	done1      []done // scratch for completions, used under sqMu
 
 	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
@@ -400,12 +402,20 @@ func (c *conn) progress(ho *engine.Handoff) {
 		}
 	}
 	// After a delivery the application has a completion to take: the acks
-	// wait for the next poll (once: a stream of deliveries must not starve
-	// them).
+	// wait for the next poll. Once: a stream of deliveries, with no poll
+	// between them that looks at the acks, must not starve them. The flag
+	// is only a hint, written with plain stores.
 	acks := got == 0
-	if !acks && c.outstanding() {
-		acks = c.ackSkipped.Load()
-		c.ackSkipped.Store(!acks)
+	if acks {
+		if c.ackSkipped.Load() != 0 {
+			atomicx.ReleaseU64(&c.ackSkipped, 0)
+		}
+	} else if c.outstanding() {
+		if acks = c.ackSkipped.Load() != 0; acks {
+			atomicx.ReleaseU64(&c.ackSkipped, 0)
+		} else {
+			atomicx.ReleaseU64(&c.ackSkipped, 1)
+		}
 	}
 	if acks && c.outstanding() {
 		if atomic.LoadUint64(c.reqOut.c.head) != c.ackHead.Load() || c.peerStopped() {
