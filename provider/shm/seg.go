@@ -24,6 +24,7 @@ import (
 //	256   response ring control
 //	512   nak position, nak status, RNR position   (owner writes, peer reads)
 //	576   QP state, IRD, access flags, min_rnr_timer (owner writes, peer reads)
+//	592   the stamp keys of the request and response rings (owner writes at creation)
 //	4096  export slots, 8 bytes each
 //	...   request ring data, then response ring data
 const (
