@@ -77,18 +77,24 @@ func BenchmarkRingPingPong(b *testing.B) {
 // goes back to the start of the ring once past hotSize (a pad to the end),
 // that the consumer follows, and that it does not rewind while records are
 // unconsumed.
-func TestRingRewind(t *testing.T) {
-	l := layout{reqSize: 64 << 10, respSize: 4096, slots: 8}
+// reqRing returns both ends of the request ring of a fresh segment.
+func reqRing(t *testing.T, l layout) (*prodRing, *consRing) {
+	t.Helper()
 	s, fd, err := newSegment(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeFds([]int{fd})
-	defer s.unmap()
+	t.Cleanup(s.unmap)
 	var p prodRing
 	var c consRing
 	p.init(s, ctlReq, l.reqOff(), l.reqSize)
 	c.init(s, ctlReq, l.reqOff(), l.reqSize)
+	return &p, &c
+}
+
+func TestRingRewind(t *testing.T) {
+	p, c := reqRing(t, layout{reqSize: 64 << 10, respSize: 4096, slots: 8})
 	put := func(v uint32) {
 		t.Helper()
 		b := p.reserve(recSize(8))
@@ -143,17 +149,7 @@ func TestRingRewind(t *testing.T) {
 // even the record's own position, as a payload word, is not a stamp; only
 // the position under the ring's key is. Small records take one cache line.
 func TestRingStaleWords(t *testing.T) {
-	l := layout{reqSize: 4096, respSize: 4096, slots: 8}
-	s, fd, err := newSegment(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeFds([]int{fd})
-	defer s.unmap()
-	var p prodRing
-	var c consRing
-	p.init(s, ctlReq, l.reqOff(), l.reqSize)
-	c.init(s, ctlReq, l.reqOff(), l.reqSize)
+	p, c := reqRing(t, layout{reqSize: 4096, respSize: 4096, slots: 8})
 	if p.key == 0 || p.key != c.key {
 		t.Fatalf("producer key %#x, consumer key %#x", p.key, c.key)
 	}
