@@ -41,3 +41,7 @@ func (x *Conn) Unacked() bool {
 // Posted returns how many SENDs went into the ring straight from PostSend
 // (engine.DirectWire).
 func (x *Conn) Posted() uint64 { return x.c.nPosted }
+
+// Retired returns how many closed connections had their retired segments
+// unmapped by the cleanup.
+func Retired() int64 { return nRetired.Load() }

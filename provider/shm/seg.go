@@ -171,7 +171,11 @@ func retired(mems [2][]byte) {
 			unix.Munmap(m)
 		}
 	}
+	nRetired.Add(1)
 }
+
+// nRetired counts the connections whose placeholders were unmapped (tests).
+var nRetired atomic.Int64
 
 func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
