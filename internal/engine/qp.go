@@ -897,7 +897,7 @@ func (q *QP) DeliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff)
 			st = verbs.WCLocProtErr
 			break
 		}
-		n += copy(b, data[n:])
+		n += copyBytes(b, data[n:])
 	}
 	if st == verbs.WCSuccess && n < len(data) {
 		st = verbs.WCLocLenErr
