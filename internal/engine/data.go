@@ -17,27 +17,29 @@ func (q *QP) Payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 		}
 		return dst, verbs.WCSuccess
 	}
-	return q.segments(w.WR.SGList, dst, 0)
+	return q.segments(nil, w.WR.SGList, dst, 0)
 }
 
 // Sink appends to dst the local memory an RDMA read or an atomic writes
 // into; it needs local write access (WCLocProtErr otherwise).
 func (q *QP) Sink(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
-	return q.segments(w.WR.SGList, dst, verbs.AccessLocalWrite)
+	return q.segments(nil, w.WR.SGList, dst, verbs.AccessLocalWrite)
 }
 
 // RecvSegments appends to dst the memory of the receive buffers in rc; it
 // needs local write access (WCLocProtErr otherwise).
 func (q *QP) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCStatus) {
-	return q.segments(rc.SGE, dst, verbs.AccessLocalWrite)
+	return q.segments(nil, rc.SGE, dst, verbs.AccessLocalWrite)
 }
 
-func (q *QP) segments(sgl []verbs.SGE, dst [][]byte, need verbs.AccessFlags) ([][]byte, verbs.WCStatus) {
+// segments resolves sgl into dst, through cache when the caller owns one
+// (Device.resolveCached).
+func (q *QP) segments(cache **MR, sgl []verbs.SGE, dst [][]byte, need verbs.AccessFlags) ([][]byte, verbs.WCStatus) {
 	for _, s := range sgl {
 		if s.Length == 0 {
 			continue
 		}
-		b, _, f := q.dev.resolve(s.LKey, q.pd, s.Addr, s.Length, need)
+		b, _, f := q.dev.resolveCached(cache, s.LKey, q.pd, s.Addr, s.Length, need)
 		if f != FaultNone {
 			return dst, verbs.WCLocProtErr
 		}

@@ -200,11 +200,14 @@ func (d *Device) resolve(key uint32, pd *PD, addr uint64, n uint32, need verbs.A
 }
 
 // resolveCached is resolve through a one-entry cache of the region last
-// found, owned by the caller's lock: a message path that uses the same
-// buffers again and again skips the table's two dependent loads (on pages
-// of their own). A region deregistered or invalidated meanwhile is not
-// valid: the table is asked again.
+// found, owned by the caller's lock (nil: no cache): a message path that
+// uses the same buffers again and again skips the table's two dependent
+// loads (on pages of their own). A region deregistered or invalidated
+// meanwhile is not valid: the table is asked again.
 func (d *Device) resolveCached(cache **MR, key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
+	if cache == nil {
+		return d.resolve(key, pd, addr, n, need)
+	}
 	mr := *cache
 	if mr == nil || mr.key != key || !mr.valid.Load() {
 		if mr = d.mrs.lookup(key); mr == nil {

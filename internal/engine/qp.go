@@ -471,17 +471,7 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 			src = append(src, wr.Inline)
 		}
 	} else {
-		for _, s := range wr.SGList {
-			if s.Length == 0 {
-				continue
-			}
-			b, _, f := q.dev.resolveCached(&q.sendMR, s.LKey, q.pd, s.Addr, s.Length, 0)
-			if f != FaultNone {
-				st = verbs.WCLocProtErr
-				break
-			}
-			src = append(src, b)
-		}
+		src, st = q.segments(&q.sendMR, wr.SGList, src, 0)
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
 	ok := st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)

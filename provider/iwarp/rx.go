@@ -193,13 +193,8 @@ func (c *conn) rxLoop() {
 // called by CQ.Poll on the application's goroutine. Its completions go
 // through the CQ's ring (it hands none off).
 func (c *conn) PollProgress(*engine.CQ, []verbs.WC) int {
-	c.pollProgress()
-	return 0
-}
-
-func (c *conn) pollProgress() {
 	if !c.estabDone.Load() {
-		return // the receive side starts once the QP is established
+		return 0 // the receive side starts once the QP is established
 	}
 	// pollStride polls close together (pollLoopGap apart on average) make a
 	// polling loop; a single poll (such as the re-check after ReqNotify)
@@ -213,7 +208,7 @@ func (c *conn) pollProgress() {
 		}
 	}
 	if !c.rxMu.TryLock() {
-		return // the receive goroutine is at it
+		return 0 // the receive goroutine is at it
 	}
 	var perr error
 	c.raw.Control(c.pollFn)
@@ -222,6 +217,7 @@ func (c *conn) pollProgress() {
 	if perr != errWouldBlock && perr != nil {
 		c.rxFailed(perr)
 	}
+	return 0
 }
 
 func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd), false) }

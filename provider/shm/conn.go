@@ -396,9 +396,7 @@ func (c *conn) progress(ho *engine.Handoff) {
 		// this load sees polled cleared.
 		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.c.head) {
 			c.publishAckable()
-			if atomic.LoadUint32(c.reqIn.c.wait) != 0 && atomic.CompareAndSwapUint32(c.reqIn.c.wait, 1, 0) {
-				poke = true
-			}
+			poke = claim(c.reqIn.c.wait) || poke
 		}
 	}
 	// After a delivery the application has a completion to take: the acks

@@ -4,10 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"unsafe"
-
-	"math/rand/v2"
 
 	"golang.org/x/sys/unix"
 
@@ -153,13 +152,10 @@ func (s *segment) retire() {
 	if s == nil || s.mem == nil {
 		return
 	}
-	p := unsafe.Pointer(unsafe.SliceData(s.mem))
-	if _, err := unix.MmapPtr(-1, 0, p, uintptr(len(s.mem)), unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
-		// Out of memory for page tables: keep the shared mapping (the
-		// placeholder's cleanup unmaps it just the same).
-		return
-	}
+	// On failure (out of memory for page tables) the shared mapping stays,
+	// and the cleanup unmaps it just the same.
+	unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(s.mem)), uintptr(len(s.mem)), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
 }
 
 // retired unmaps the placeholders of a connection's retired segments; it
@@ -190,6 +186,12 @@ func (s *segment) ctl(base int) ringCtl {
 type ringCtl struct {
 	tail, head  *uint64
 	sleep, wait *uint32
+}
+
+// claim reports whether the other side asked for a poke in flag (sleep or
+// wait), clearing the request: one of those that publish sends it.
+func claim(flag *uint32) bool {
+	return atomic.LoadUint32(flag) != 0 && atomic.CompareAndSwapUint32(flag, 1, 0)
 }
 
 // Records start on cache lines: a 40-byte header, then the payload. The
@@ -402,7 +404,7 @@ func (r *prodRing) publish() bool {
 	r.pub = r.tail
 	raceRelease()
 	atomic.StoreUint64(r.c.tail, r.tail)
-	return atomic.LoadUint32(r.c.sleep) != 0 && atomic.CompareAndSwapUint32(r.c.sleep, 1, 0)
+	return claim(r.c.sleep)
 }
 
 // consRing is the consuming end of a ring in our own segment.
@@ -471,5 +473,5 @@ func (r *consRing) publish() bool {
 	r.pub = r.head
 	raceRelease()
 	atomic.StoreUint64(r.c.head, r.head)
-	return atomic.LoadUint32(r.c.wait) != 0 && atomic.CompareAndSwapUint32(r.c.wait, 1, 0)
+	return claim(r.c.wait)
 }
