@@ -211,33 +211,43 @@ func (cq *CQ) signal(solicited bool) {
 // Poll implements verbs.CQDriver. When the ring is empty it lets the
 // providers' pollers make progress (polled mode) and looks again.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
-	n, err := cq.poll(wc)
-	if n == 0 && err == nil && len(wc) > 0 {
-		if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 {
-			for _, p := range *ps {
-				n += p.PollProgress(cq, wc[n:])
-			}
-			m, perr := cq.poll(wc[n:])
-			if n += m; n == 0 {
-				err = perr // an overflow is reported by a poll that has nothing else
-			}
-			// A busy-polling loop never enters the scheduler (its reads are
-			// raw syscalls), so it yields now and then: the provider's own
-			// goroutines (responses, flushes) must get a CPU on small
-			// machines. At most once per yieldGap: a yield costs a trip
-			// through the scheduler (a netpoll syscall among others), which
-			// every 128 polls of a shared-memory ring was 5% of its latency.
-			// The count is a plain load and store, not a locked add (a tenth
-			// of an empty poll): concurrent pollers may lose increments.
-			if n == 0 && cq.countEmpty()&127 == 0 {
-				if now := int64(time.Since(yieldEpoch)); now-cq.lastYield.Load() >= int64(yieldGap) {
-					cq.lastYield.Store(now)
-					runtime.Gosched()
-				}
-			}
+	// The ring is looked at with inlined loads first: a busy-polling
+	// application mostly finds it empty, and the time an empty poll takes
+	// is time a message that arrives meanwhile waits to be noticed.
+	if len(wc) == 0 || !cq.empty() || cq.overflow.Load() {
+		if n, err := cq.poll(wc); n > 0 || err != nil || len(wc) == 0 {
+			return n, err
 		}
 	}
-	return n, err
+	ps := cq.pollers.Load()
+	if ps == nil || len(*ps) == 0 {
+		return 0, nil
+	}
+	n := 0
+	for _, p := range *ps {
+		n += p.PollProgress(cq, wc[n:])
+	}
+	if n < len(wc) && (!cq.empty() || cq.overflow.Load()) {
+		m, err := cq.poll(wc[n:])
+		if n += m; n == 0 {
+			return 0, err // an overflow is reported by a poll that has nothing else
+		}
+	}
+	// A busy-polling loop never enters the scheduler (its reads are
+	// raw syscalls), so it yields now and then: the provider's own
+	// goroutines (responses, flushes) must get a CPU on small
+	// machines. At most once per yieldGap: a yield costs a trip
+	// through the scheduler (a netpoll syscall among others), which
+	// every 128 polls of a shared-memory ring was 5% of its latency.
+	// The count is a plain load and store, not a locked add (a tenth
+	// of an empty poll): concurrent pollers may lose increments.
+	if n == 0 && cq.countEmpty()&127 == 0 {
+		if now := int64(time.Since(yieldEpoch)); now-cq.lastYield.Load() >= int64(yieldGap) {
+			cq.lastYield.Store(now)
+			runtime.Gosched()
+		}
+	}
+	return n, nil
 }
 
 func (cq *CQ) poll(wc []verbs.WC) (int, error) {
