@@ -34,7 +34,9 @@ Method.
   distribution of the samples is reported: t_min, t_typical (the median),
   t_avg, t_max, the standard deviation, and the 99% and 99.9% percentiles.
   Send and write latency is half a ping-pong round trip; read and atomic
-  latency is one operation, post to completion, per iteration.
+  latency is one operation, post to completion, per iteration. -w untimed
+  iterations (1000 by default, as ucx_perftest's -w) come first: the first
+  exchanges pay for cold caches and first touches of pages.
   Bandwidth: -t work requests are kept in flight on each of -q QPs; the
   bytes of the completed requests are divided by the elapsed time (MB =
   10^6 bytes). The peak is the best window of at least a twentieth of the
@@ -54,12 +56,17 @@ stderr are terminals (never with -json).
 flags:
 `
 
+// defaultWarmup is the number of untimed iterations before a latency test
+// (goverbs' protocol only: perftest's peers do not run them).
+const defaultWarmup = 1000
+
 func perfCmd(args []string) error {
 	fs := newFlags("perf")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, perfHelp); fs.PrintDefaults() }
 	size := fs.Int("s", 0, "message size in bytes (default: 2 for latency, 65536 for bandwidth tests)")
 	all := fs.Bool("a", false, "run every size from 2 B to 8 MiB (powers of two)")
 	iters := fs.Int("n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
+	warm := fs.Int("w", -1, "untimed warm-up iterations before a latency test's timed ones (default: 1000; none with -R)")
 	dur := fs.Int("D", 0, "run bandwidth tests for this many seconds instead of -n iterations")
 	depth := fs.Int("t", 128, "send queue depth (work requests in flight)")
 	port := fs.Int("p", 18515, "port")
@@ -94,7 +101,15 @@ func perfCmd(args []string) error {
 		serverAddr = func() string { return listenAddr }
 		loopAddr = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
-	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps}
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps, Warmup: *warm}
+	switch {
+	case *pt && c.Warmup > 0:
+		return errors.New("perf: -w with -R: perftest's latency tests have no warm-up, and both ends must run the same iterations")
+	case c.Warmup < 0 && !*pt:
+		c.Warmup = defaultWarmup
+	case c.Warmup < 0:
+		c.Warmup = 0
+	}
 	if !*js {
 		c.Progress = progressLine()
 	}
@@ -198,7 +213,7 @@ func perfAll() error {
 	fmt.Fprintln(bw, "device\ttest\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
 	for _, dev := range []string{"iwarp0", "shm0"} {
 		for _, test := range perf.Tests {
-			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128}
+			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup}
 			lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
 			if lat {
 				c.Size, c.Iters = 8, 20000

@@ -39,6 +39,10 @@ type Config struct {
 	// QPs is the number of QPs (connections) a bandwidth test drives in
 	// parallel, round-robin from one goroutine as perftest does; 0 means 1.
 	QPs int
+	// Warmup is the number of untimed iterations a latency test runs
+	// before its Iters timed ones (as ucx_perftest -w): the first exchanges
+	// pay for cold caches and first touches of pages, not the transport.
+	Warmup int
 	// Progress, when set, is called about every 200 ms of a measurement
 	// from the measuring goroutine (keep it short).
 	Progress func(Progress)
@@ -98,6 +102,9 @@ func (c *Config) Check() error {
 	if c.Iters < 1 {
 		return fmt.Errorf("iterations %d", c.Iters)
 	}
+	if c.Warmup < 0 || c.Warmup > 1<<30 {
+		return fmt.Errorf("warm-up iterations %d", c.Warmup)
+	}
 	if c.TxDepth < 1 {
 		c.TxDepth = 128
 	}
@@ -129,15 +136,22 @@ type side struct {
 	rkey  uint32
 }
 
-const pdLen = 8 + 4 + 4 + 4 + 4 // addr, rkey, size, iterations, QPs
+// The private data of goverbs' own protocol: addr, rkey, size, iterations,
+// QPs, then warm-up iterations (a peer that sends only pdLen bytes asks for
+// none).
+const (
+	pdLen     = 8 + 4 + 4 + 4 + 4
+	pdWarmLen = pdLen + 4
+)
 
 func (s *side) privateData(c *Config) []byte {
-	b := make([]byte, pdLen)
+	b := make([]byte, pdWarmLen)
 	binary.BigEndian.PutUint64(b, s.mr.Addr())
 	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
 	binary.BigEndian.PutUint32(b[12:], uint32(c.Size))
 	binary.BigEndian.PutUint32(b[16:], uint32(c.Iters))
 	binary.BigEndian.PutUint32(b[20:], uint32(c.QPs))
+	binary.BigEndian.PutUint32(b[24:], uint32(c.Warmup))
 	return b
 }
 
@@ -192,6 +206,10 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 	pd := req.PrivateData()
 	if len(pd) >= pdLen {
 		c.Size, c.Iters, c.QPs = int(binary.BigEndian.Uint32(pd[12:])), int(binary.BigEndian.Uint32(pd[16:])), int(binary.BigEndian.Uint32(pd[20:]))
+		c.Warmup = 0
+		if len(pd) >= pdWarmLen {
+			c.Warmup = int(binary.BigEndian.Uint32(pd[24:]))
+		}
 	}
 	if err := c.Check(); err != nil {
 		req.Reject([]byte(err.Error()))
@@ -437,7 +455,7 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 			send[0].Flags |= verbs.SendInline
 		}
 		recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
-		for range c.Iters {
+		for range c.Warmup + c.Iters {
 			if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
 				return err
 			}
@@ -505,7 +523,8 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 		}
 		return nil
 	}
-	for i := uint64(1); i <= uint64(c.Iters); i++ {
+	warm := uint64(c.Warmup)
+	for i := uint64(1); i <= warm+uint64(c.Iters); i++ {
 		if !first {
 			if err := wait(i); err != nil {
 				return err
@@ -516,7 +535,9 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 			return err
 		}
 		if first {
-			l.stamp()
+			if i > warm {
+				l.stamp()
+			}
 			if err := wait(i); err != nil {
 				return err
 			}
@@ -547,11 +568,13 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 				send[0].Flags |= verbs.SendInline
 			}
 			recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
-			for range c.Iters {
+			for i := range c.Warmup + c.Iters {
 				if err := s.id.QP.PostSend(send); err != nil {
 					return res, err
 				}
-				l.stamp()
+				if i >= c.Warmup {
+					l.stamp()
+				}
 				if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
 					return res, err
 				}
@@ -569,11 +592,13 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 		}
 		if len(wr) > 0 {
 			div = 1 // a read or atomic is a round trip itself
-			for range c.Iters {
+			for i := range c.Warmup + c.Iters {
 				if err := s.id.QP.PostSend(wr); err != nil {
 					return res, err
 				}
-				l.stamp()
+				if i >= c.Warmup {
+					l.stamp()
+				}
 				if err := spin(ctx, s.id.SendCQ, wc); err != nil {
 					return res, err
 				}

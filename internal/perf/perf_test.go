@@ -33,7 +33,9 @@ func testLoopback(t *testing.T, dev string) {
 				if dev == "shm0" {
 					addr = fmt.Sprintf("unix:@goverbs-perf-test-%d-%s-%d", os.Getpid(), test, size)
 				}
-				r, err := Loopback(ctx, addr, Config{Test: test, Size: size, Iters: 200, TxDepth: 16})
+				// Warm-up iterations run on both ends (the server learns
+				// their number from the client) and are not counted.
+				r, err := Loopback(ctx, addr, Config{Test: test, Size: size, Iters: 200, TxDepth: 16, Warmup: 50})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -41,6 +43,9 @@ func testLoopback(t *testing.T, dev string) {
 					t.Fatalf("%s: %+v", test, r)
 				}
 				if (&Config{Test: test}).lat() {
+					if r.Iters != 200 {
+						t.Fatalf("%s: %d samples, want 200 (warm-up not counted)", test, r.Iters)
+					}
 					if !(r.Min > 0 && r.Min <= r.Typical && r.Typical <= r.Max && r.P99 <= r.Max) {
 						t.Fatalf("%s: latency figures out of order: %+v", test, r)
 					}
@@ -53,7 +58,7 @@ func testLoopback(t *testing.T, dev string) {
 }
 
 func TestCheck(t *testing.T) {
-	for _, c := range []Config{{Test: "nope", Size: 8, Iters: 1}, {Test: "send_lat", Size: 0, Iters: 1}, {Test: "send_lat", Size: 8, Iters: 0}} {
+	for _, c := range []Config{{Test: "nope", Size: 8, Iters: 1}, {Test: "send_lat", Size: 0, Iters: 1}, {Test: "send_lat", Size: 8, Iters: 0}, {Test: "send_lat", Size: 8, Iters: 1, Warmup: -1}} {
 		if err := c.Check(); err == nil {
 			t.Errorf("%+v: no error", c)
 		}
