@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # goverbs against its peers on this machine, in one run, with same-run ratios:
 #
-#   latency (one-way, mean): goverbs perf send_lat  vs  libfabric fi_pingpong
-#       (tcp msg, shm rdm) and UCX ucx_perftest tag_lat (tcp, posix shared memory)
+#   latency (one-way, median and mean): goverbs perf send_lat  vs  libfabric
+#       fi_pingpong (tcp msg, shm rdm; it reports the mean only) and UCX
+#       ucx_perftest tag_lat (tcp, posix shared memory). The median is the
+#       figure ../shared/bench gives for UCX (lat_oneway_p50_us) and perftest's
+#       t_typical; the mean also carries the stalls the machine adds.
 #   bandwidth (streaming):   goverbs perf write_bw  vs  UCX ucx_perftest tag_bw
 #       (tcp, posix) and raw loopback TCP (iperf3 -l SIZE)
 #
@@ -83,7 +86,10 @@ pair() {
 	timeout 60 bash -c "$2" 2>&1
 	sleep 0.2; kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
 }
-lat_iters() { case $1 in 8|4096) echo 20000 ;; 65536) echo 5000 ;; *) echo 500 ;; esac; }
+lat_iters() { case $1 in 8) echo 100000 ;; 4096) echo 20000 ;; 65536) echo 5000 ;; *) echo 500 ;; esac; }
+# Untimed warm-up iterations of the latency tests that have them (UCX's -w,
+# goverbs' -w): ../shared/bench runs UCX with -w 10000.
+LAT_WARM=${LAT_WARM:-10000}
 bw_iters() { case $1 in 8) echo 200000 ;; 4096) echo 100000 ;; 65536) echo 20000 ;; *) echo 2000 ;; esac; }
 jsonval() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" | tail -1; }
 
@@ -92,10 +98,11 @@ fi_lat() { # provider endpoint size iters
 	pair "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -B 47610" "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -P 47610 127.0.0.1" |
 		awk 'NF==8 && $5 ~ /s$/ {v=$7} END{print v}'
 }
-ucx() { # TLS test size iters -> "lat_us bw_MBps"
+ucx() { # TLS test size iters [warm-up] -> "lat_p50_us lat_mean_us bw_MBps"
 	local env="UCX_TLS=$1"; [ "$1" = tcp ] && env="$env UCX_NET_DEVICES=lo"
-	pair "$env ucx_perftest -t $2 -s $3 -n $4 -w 100 -p 13377 -f" "$env ucx_perftest 127.0.0.1 -t $2 -s $3 -n $4 -w 100 -p 13377 -f" |
-		awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$4; b=$6*1.048576} END{if (l!="") print l, b}'
+	local w=${5:-100}
+	pair "$env ucx_perftest -t $2 -s $3 -n $4 -w $w -p 13377 -f" "$env ucx_perftest 127.0.0.1 -t $2 -s $3 -n $4 -w $w -p 13377 -f" |
+		awk 'NF==8 && $1 ~ /^[0-9]+$/ {p=$2; l=$4; b=$6*1.048576} END{if (l!="") print p, l, b}'
 }
 iperf() { # size
 	pair "iperf3 -s -1 -B 127.0.0.1 -p 5299" "iperf3 -c 127.0.0.1 -p 5299 -t 3 -O 1 -J -l $1" |
@@ -109,23 +116,29 @@ for r in $(seq "$ROUNDS"); do
 		L=$(lat_iters "$S"); B=$(bw_iters "$S")
 		echo "   $S B: $(idle) before"
 		for dev in $GOVERBS_DEVS; do
-			rec "$r" lat "$S" "goverbs $dev" "$("$BIN/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -json | jsonval t_avg_us)"
+			out=$("$BIN/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -w "$LAT_WARM" -json)
+			rec "$r" lat "$S" "goverbs $dev" "$(echo "$out" | jsonval t_avg_us)"
+			rec "$r" lat50 "$S" "goverbs $dev" "$(echo "$out" | jsonval t_typical_us)"
 		done
 		rec "$r" lat "$S" "libfabric tcp" "$(fi_lat tcp msg "$S" "$L")"
 		rec "$r" lat "$S" "libfabric shm" "$(fi_lat shm rdm "$S" "$((L * 2))")"
-		rec "$r" lat "$S" "UCX tcp" "$(ucx tcp tag_lat "$S" "$L" | cut -d' ' -f1)"
-		rec "$r" lat "$S" "UCX posix" "$(ucx posix,self tag_lat "$S" "$((L * 2))" | cut -d' ' -f1)"
+		out=$(ucx tcp tag_lat "$S" "$L" "$LAT_WARM")
+		rec "$r" lat "$S" "UCX tcp" "$(echo "$out" | cut -d' ' -f2)"
+		rec "$r" lat50 "$S" "UCX tcp" "$(echo "$out" | cut -d' ' -f1)"
+		out=$(ucx posix,self tag_lat "$S" "$((L * 2))" "$LAT_WARM")
+		rec "$r" lat "$S" "UCX posix" "$(echo "$out" | cut -d' ' -f2)"
+		rec "$r" lat50 "$S" "UCX posix" "$(echo "$out" | cut -d' ' -f1)"
 		if [ -n "$floors" ] && [ "$S" = 8 ]; then
-			rec "$r" lat "$S" "cache-line ping-pong" "$(pair "$BIN/goshm server" "$BIN/goshm client" |
+			rec "$r" lat50 "$S" "cache-line ping-pong" "$(pair "$BIN/goshm server" "$BIN/goshm client" |
 				sed -n 's/.*one-way p50=\([0-9.]*\)\(n\|µ\)s.*/\1 \2/p' | awk '{print ($2=="n") ? $1/1000 : $1}')"
 		fi
 		for dev in $GOVERBS_DEVS; do
 			rec "$r" bw "$S" "goverbs $dev" "$("$BIN/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
 		done
-		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f2)"
-		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f2)"
+		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f3)"
+		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f3)"
 		if [ -n "$floors" ]; then
-			rec "$r" bw "$S" "UCX posix put" "$(ucx posix,self ucp_put_bw "$S" "$B" | cut -d' ' -f2)"
+			rec "$r" bw "$S" "UCX posix put" "$(ucx posix,self ucp_put_bw "$S" "$B" | cut -d' ' -f3)"
 			rec "$r" bw "$S" "C memcpy" "$("$BIN/memcpy_bw" "$S" 1 | sed -n 's/.*GB\/s=\([0-9.]*\).*/\1/p' | awk '{print $1*1000}')"
 		fi
 		rec "$r" bw "$S" "TCP (iperf3)" "$(iperf "$S")"
@@ -159,6 +172,7 @@ table() { # metric title unit better
 }
 {
 	echo "goverbs vs peers, $(date -u +%FT%TZ), $(nproc) CPUs, $ROUNDS interleaved rounds"
+	table lat50 "one-way latency (median of each run's samples)" "us" "above 1: goverbs slower"
 	table lat "one-way latency (mean)" "us" "above 1: goverbs slower"
 	table bw "streaming bandwidth" "MB/s" "below 1: goverbs slower"
 } | tee "$OUT/table.txt"
