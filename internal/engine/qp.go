@@ -434,6 +434,19 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	return nil
 }
 
+// fillSent is fillWQE for a request postDirect put out: its payload is on
+// the wire already and such a request is never transmitted again, so its
+// WQE keeps what its completion needs and no copy of the data or the SGEs
+// (resolving and copying inline data again was a tenth of a message's CPU).
+func (q *QP) fillSent(w *WQE, wr *verbs.SendWR, n uint64) {
+	w.WR = *wr
+	w.WR.SGList, w.WR.Inline = nil, nil
+	w.Len, w.Retries, w.Data = uint32(n), 0, nil
+	w.status = verbs.WCSuccess
+	w.rdAtomic, w.early, w.earlySt = false, false, verbs.WCSuccess
+	w.sge, w.inl = w.sge[:0], w.inl[:0]
+}
+
 // DirectWire is a Wire that can also put a request out while PostSend holds
 // the QP's lock, straight from the caller's work request, when the send
 // queue is idle. Such a request skips the hand-over to the transmitter (a
@@ -485,7 +498,7 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 	if !ok {
 		return false
 	}
-	_ = q.fillWQE(w, wr, n, inline) // its only error (an inline SGE that does not resolve) was ruled out above
+	q.fillSent(w, wr, n)
 	w.state = wqePending
 	q.sq.tail++
 	q.sq.next = q.sq.tail
