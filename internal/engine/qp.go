@@ -292,7 +292,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 }
 
 // checkSend checks one request against the QP's state and limits and
-// returns its length and whether it is inline; q.mu is held.
+// returns its length and whether it is inline; q.mu is held. directLen
+// repeats the checks that apply to a SEND in RTS: a rule added here for
+// SENDs goes there too.
 func (q *QP) checkSend(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 	if q.destroyed {
 		return 0, false, verbs.ErrClosed
@@ -434,6 +436,28 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	return nil
 }
 
+// directLen is checkSend for postDirect: a SEND or SEND_WITH_IMM on an RC
+// QP in RTS (postDirect checked those), so only the checks that can still
+// fail remain; ok is false exactly when checkSend would fail.
+func (q *QP) directLen(wr *verbs.SendWR) (n uint64, inline, ok bool) {
+	if q.destroyed || q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
+		q.deny.Load()&(1<<wr.Opcode) != 0 {
+		return 0, false, false
+	}
+	for _, s := range wr.SGList {
+		n += uint64(s.Length)
+	}
+	if inline = wr.Flags&verbs.SendInline != 0; inline {
+		if wr.Inline != nil {
+			n = uint64(len(wr.Inline))
+		}
+		if n > uint64(q.cap.MaxInlineData) {
+			return 0, false, false
+		}
+	}
+	return n, inline, n <= uint64(q.dev.cfg.Port.MaxMsgSz)
+}
+
 // fillSent is fillWQE for a request postDirect put out: its payload is on
 // the wire already and such a request is never transmitted again, so its
 // WQE keeps what its completion needs and no copy of the data or the SGEs
@@ -474,8 +498,8 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm) || wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
 		return false
 	}
-	n, inline, err := q.checkSend(wr)
-	if err != nil {
+	n, inline, ok := q.directLen(wr)
+	if !ok {
 		return false // reported by the ordinary path
 	}
 	src, st := q.dsrc[:0], verbs.WCSuccess
@@ -487,7 +511,7 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 		src, st = q.segments(&q.sendMR, wr.SGList, src, 0)
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
-	ok := st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)
+	ok = st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)
 	if ok {
 		w.seq = q.sq.tail
 		w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
