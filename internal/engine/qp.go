@@ -85,7 +85,18 @@ func (rq *recvQueue) post(wr *verbs.RecvWR, maxSGE int, what string) error {
 	}
 	r := &rq.ring[rq.tail&rq.mask]
 	r.wrid = wr.WRID
-	r.sge = append(r.sge[:0], wr.SGList...)
+	if len(wr.SGList) <= cap(r.sge) {
+		// Element by element into the slot's own array: for the usual one
+		// or two SGEs, the call to memmove that append or copy makes costs
+		// more than the copy.
+		r.sge = r.sge[:len(wr.SGList)]
+		//lint:ignore S1001 copy calls memmove; see above
+		for i, s := range wr.SGList {
+			r.sge[i] = s
+		}
+	} else {
+		r.sge = append(r.sge[:0], wr.SGList...)
+	}
 	rq.tail++
 	return nil
 }
