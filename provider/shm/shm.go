@@ -96,6 +96,15 @@
 // a few milliseconds. Small messages stay in the first 8 KiB of the ring
 // while the receiver keeps up (walking the whole ring stalls on page
 // crossings on virtual machines).
+//
+// A busy-polling goroutine holds a CPU. When every CPU of the host is held
+// so (two polling processes on two CPUs), the Go runtime's own threads of
+// each process (the idle Ps' threads that a yield or a timer wakes, the
+// runtime's monitor) can only run by preempting a poller, and the latency
+// distribution grows a tail of a few microseconds per preemption; setting
+// GOMAXPROCS to the number of polling goroutines leaves the runtime no idle
+// P to wake (on a 2-vCPU VM, two processes with GOMAXPROCS=1 each: the
+// 99.9th percentile of an 8-byte ping-pong fell from 10-20 to 2-8 µs).
 package shm
 
 import (
