@@ -355,6 +355,10 @@ func (c *conn) idleTick() {
 	c.idleTimer.Reset(pollIdle)
 }
 
+// testHookConsumed, when a test sets it, runs after a poll consumed
+// requests, before it lets go of the consumer's lock.
+var testHookConsumed atomic.Pointer[func(*conn)]
+
 // wake makes progress on behalf of an application that is not polling,
 // then asks the peer to poke again, and looks once more (a poke could
 // have been skipped between the two).
@@ -388,6 +392,11 @@ func (c *conn) progress(ho *engine.Handoff) {
 	// mapping of the peer's (serveRef enters).
 	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
 		poke, got = c.consume(ho)
+		if got > 0 {
+			if f := testHookConsumed.Load(); f != nil {
+				(*f)(c)
+			}
+		}
 		c.consMu.Unlock()
 		// An acknowledgement this poll deferred is published now if polled
 		// mode ended meanwhile: the goroutine that ended it (idleTick,

@@ -1,5 +1,10 @@
 package shm
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // Stats returns the connection's counters: requests it carried out
 // directly in the peer's memory, requests it sent through the peer, and
 // request records it served for the peer.
@@ -45,3 +50,25 @@ func (x *Conn) Posted() uint64 { return x.c.nPosted }
 // Retired returns how many closed connections had their retired segments
 // unmapped by the cleanup.
 func Retired() int64 { return nRetired.Load() }
+
+// Published reports whether the head the connection published, the one its
+// peer reads, covers every request it consumed.
+func (x *Conn) Published() bool {
+	x.c.consMu.Lock()
+	defer x.c.consMu.Unlock()
+	return atomic.LoadUint64(x.c.reqIn.c.head) == x.c.reqIn.head
+}
+
+// OnceAfterConsume makes f run once, with the conn, the next time a poll of
+// any connection consumes requests, while that poll holds the consumer's
+// lock. It returns a function that removes the hook.
+func OnceAfterConsume(f func(*Conn)) (restore func()) {
+	var once sync.Once
+	h := func(c *conn) { once.Do(func() { f(&Conn{c}) }) }
+	testHookConsumed.Store(&h)
+	return func() { testHookConsumed.Store(nil) }
+}
+
+// StopPolling ends polled mode as the idle check does when the application
+// stopped polling (PollStop).
+func (x *Conn) StopPolling() { x.c.PollStop() }

@@ -317,6 +317,50 @@ func TestDeferredAck(t *testing.T) {
 	}
 }
 
+// The idle check can end polled mode while a poll is consuming: it then
+// finds the consumer's lock taken and cannot publish what that poll
+// consumed, and the poll, which saw polled mode when it decided to defer
+// the acknowledgement, must publish it itself once it lets go of the lock.
+// The hook ends polled mode at exactly that moment; the receiver polls no
+// more, the sender asked for no poke (it polls), so nobody else would
+// publish the head.
+func TestDeferredAckPollStop(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, _, _ := pairOn(t, true, 4096)
+	b.MustPostRecv(t, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
+	a.SendCQ.Poll(make([]verbs.WC, 1))
+	b.RecvCQ.Poll(make([]verbs.WC, 1))
+	var rx *shm.Conn
+	stopped := make(chan struct{})
+	defer shm.OnceAfterConsume(func(c *shm.Conn) {
+		rx = c
+		go func() { // the idle check's goroutine
+			c.StopPolling()
+			close(stopped)
+		}()
+		<-stopped
+	})()
+	w := wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
+	w.Flags = 0
+	a.MustPostSend(t, w)
+	rwc := make([]verbs.WC, 1)
+	if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
+		t.Fatal(err)
+	}
+	conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+	if rx == nil {
+		t.Fatal("the hook did not run in the poll that received the SEND")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !rx.Published() {
+		a.SendCQ.Poll(make([]verbs.WC, 1))
+		if time.Now().After(deadline) {
+			t.Fatal("the consumed SEND was never acknowledged after polled mode ended during its poll")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // Which consumed requests a polling receiver acknowledges in the same poll:
 // a signaled SEND at once (its sender waits for the completion), an
 // unsignaled one at the next poll.
