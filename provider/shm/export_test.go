@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -72,3 +73,19 @@ func OnceAfterConsume(f func(*Conn)) (restore func()) {
 // StopPolling ends polled mode as the idle check does when the application
 // stopped polling (PollStop).
 func (x *Conn) StopPolling() { x.c.PollStop() }
+
+// Debug describes the connection's progress state, for a test that gives
+// up waiting: the request ring both ways, the flags of the poke protocol,
+// what waits for acknowledgements or responses.
+func (x *Conn) Debug() string {
+	c := x.c
+	if !c.enter() {
+		return "closed"
+	}
+	defer c.leave()
+	return fmt.Sprintf("out: tail %d head(peer) %d cached %d wait %d sleep(peer) %d stalled %v at %d | in: head %d pub %d peer-tail %d sleep %d wait(peer) %d held %v | polled %v acks %d resps %d",
+		c.reqOut.tail, atomic.LoadUint64(c.reqOut.c.head), c.reqOut.head, atomic.LoadUint32(c.reqOut.c.wait), atomic.LoadUint32(c.reqOut.c.sleep),
+		c.stalled.Load(), c.stallAt.Load(),
+		c.reqIn.head, c.reqIn.pub, atomic.LoadUint64(c.reqIn.c.tail), atomic.LoadUint32(c.reqIn.c.sleep), atomic.LoadUint32(c.reqIn.c.wait), c.held.Load(),
+		c.polled.Load(), c.acks.tail.Load()-c.acks.head.Load(), c.nresp.Load())
+}

@@ -309,7 +309,7 @@ func TestKillTargetMidTransfer(t *testing.T) {
 				}
 				completed += n
 				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d requests completed %v after the kill", completed, posted, 20*time.Second)
+					t.Fatalf("%d of %d requests completed in %v (target killed: %v); %s", completed, posted, 20*time.Second, killed, c.Debug())
 				}
 			}
 			select {
