@@ -37,9 +37,10 @@ Method.
   latency is one operation, post to completion, per iteration. -w untimed
   iterations (1000 by default, as ucx_perftest's -w) come first: the first
   exchanges pay for cold caches and first touches of pages.
-  Bandwidth: -t work requests are kept in flight on each of -q QPs; the
-  bytes of the completed requests are divided by the elapsed time (MB =
-  10^6 bytes). The peak is the best window of at least a twentieth of the
+  Bandwidth: -t work requests are kept in flight on each of -q QPs, one in
+  -Q signaled (perftest's cq_mod, 100: its completion accounts for those
+  before it); the bytes of the completed requests are divided by the
+  elapsed time (MB = 10^6 bytes). The peak is the best window of at least a twentieth of the
   run and 5 ms. Both ends busy-poll their CQs (polled progress).
 
 -R speaks perftest's own rdma_cm protocol instead of goverbs' (control
@@ -60,6 +61,10 @@ flags:
 // (goverbs' protocol only: perftest's peers do not run them).
 const defaultWarmup = 1000
 
+// defaultCQMod is perftest's default cq_mod: a bandwidth test signals one
+// work request in this many (and always the last).
+const defaultCQMod = 100
+
 func perfCmd(args []string) error {
 	fs := newFlags("perf")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, perfHelp); fs.PrintDefaults() }
@@ -69,6 +74,7 @@ func perfCmd(args []string) error {
 	warm := fs.Int("w", -1, "untimed warm-up iterations before a latency test's timed ones (default: 1000; none with -R)")
 	dur := fs.Int("D", 0, "run bandwidth tests for this many seconds instead of -n iterations")
 	depth := fs.Int("t", 128, "send queue depth (work requests in flight)")
+	cqMod := fs.Int("Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
 	port := fs.Int("p", 18515, "port")
 	dev := fs.String("d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
 	server := fs.Bool("server", false, "wait for a client")
@@ -101,7 +107,7 @@ func perfCmd(args []string) error {
 		serverAddr = func() string { return listenAddr }
 		loopAddr = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
-	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps, Warmup: *warm}
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod}
 	switch {
 	case *pt && c.Warmup > 0:
 		return errors.New("perf: -w with -R: perftest's latency tests have no warm-up, and both ends must run the same iterations")
@@ -213,7 +219,7 @@ func perfAll() error {
 	fmt.Fprintln(bw, "device\ttest\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
 	for _, dev := range []string{"iwarp0", "shm0"} {
 		for _, test := range perf.Tests {
-			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup}
+			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup, CQMod: defaultCQMod}
 			lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
 			if lat {
 				c.Size, c.Iters = 8, 20000

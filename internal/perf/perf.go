@@ -39,6 +39,10 @@ type Config struct {
 	// QPs is the number of QPs (connections) a bandwidth test drives in
 	// parallel, round-robin from one goroutine as perftest does; 0 means 1.
 	QPs int
+	// CQMod is how many work requests of a bandwidth test share one
+	// completion (perftest's cq_mod): only every CQMod-th is signaled, and
+	// its completion accounts for those before it. 0 or 1: every one.
+	CQMod int
 	// Warmup is the number of untimed iterations a latency test runs
 	// before its Iters timed ones (as ucx_perftest -w): the first exchanges
 	// pay for cold caches and first touches of pages, not the transport.
@@ -670,6 +674,7 @@ type bwQP struct {
 	rxDepth int
 
 	posted, done int
+	lastSig      bool // the last request posted was signaled
 }
 
 func (s *side) bwQP(c *Config) *bwQP {
@@ -710,9 +715,19 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 			if k.depth > 0 {
 				depth = min(depth, k.depth)
 			}
-			for k.posted-k.done < depth && mayPost(k) {
+			mod := max(1, min(c.CQMod, depth))
+			for k.posted-k.done < depth && (mayPost(k) || !k.lastSig && k.posted > k.done) {
 				if k.credit != nil && uint32(k.posted+1)-load32(k.credit) >= uint32(k.rxDepth) {
 					break
+				}
+				// Every mod-th request is signaled, and the last one: of
+				// the run, or (a timed run that stopped) one more, so
+				// that a completion accounts for every request posted.
+				k.lastSig = (k.posted+1)%mod == 0 || !mayPost(k) || !timed && k.posted+1 == c.Iters
+				k.wr[0].WRID = uint64(k.posted)
+				k.wr[0].Flags &^= verbs.SendSignaled
+				if k.lastSig {
+					k.wr[0].Flags |= verbs.SendSignaled
 				}
 				if err := k.qp.PostSend(k.wr); err != nil {
 					return res, err
@@ -723,18 +738,20 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 			if err != nil {
 				return res, err
 			}
+			covered := k.done
 			for _, w := range wc[:n] {
 				if err := w.Err(); err != nil {
 					return res, err
 				}
+				covered = max(covered, int(w.WRID)+1) // a completion accounts for the requests before it
 			}
-			for j := total + 1; j <= total+n; j++ {
+			for j := total + 1; j <= total+covered-k.done; j++ {
 				if j%step == 0 {
 					marks = append(marks, time.Since(start))
 				}
 			}
-			k.done += n
-			total += n
+			total += covered - k.done
+			k.done = covered
 			busy = busy || mayPost(k) || k.done < k.posted
 		}
 		if !busy {
