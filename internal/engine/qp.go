@@ -304,8 +304,8 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 
 // checkSend checks one request against the QP's state and limits and
 // returns its length and whether it is inline; q.mu is held. directLen
-// repeats the checks that apply to a SEND in RTS: a rule added here for
-// SENDs goes there too.
+// repeats the checks that apply to a SEND or a WRITE in RTS: a rule added
+// here for those goes there too.
 func (q *QP) checkSend(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 	if q.destroyed {
 		return 0, false, verbs.ErrClosed
@@ -447,9 +447,9 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	return nil
 }
 
-// directLen is checkSend for postDirect: a SEND or SEND_WITH_IMM on an RC
-// QP in RTS (postDirect checked those), so only the checks that can still
-// fail remain; ok is false exactly when checkSend would fail.
+// directLen is checkSend for postDirect: a SEND, SEND_WITH_IMM or RDMA
+// WRITE on an RC QP in RTS (postDirect checked those), so only the checks
+// that can still fail remain; ok is false exactly when checkSend would fail.
 func (q *QP) directLen(wr *verbs.SendWR) (n uint64, inline, ok bool) {
 	if q.destroyed || q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
 		q.deny.Load()&(1<<wr.Opcode) != 0 {
@@ -489,15 +489,16 @@ func (q *QP) fillSent(w *WQE, wr *verbs.SendWR, n uint64) {
 // WQE is filled after it went out: on a shared-memory ring this took about
 // a tenth off an 8-byte message's latency. TransmitDirect gets the request
 // (already checked), its payload resolved (n bytes in payload) and its WQE
-// slot, of which only Seq and Signaled are set yet. It returns true when
-// the request is out, with the outcome Pending (the wire completes it
-// later with Complete or CompleteDeferred, which wait for the lock); false
-// declines, and the request takes the ordinary path. It must not block
+// slot, of which only Seq and Signaled are set yet. It returns out when
+// the request is out: done when it is complete already (an RDMA WRITE
+// the wire carried out itself), otherwise with the outcome Pending (the
+// wire completes it later with Complete or CompleteDeferred, which wait
+// for the lock). A request not out is declined and takes the ordinary path. It must not block
 // (not even on a socket's lock), call into the engine for this QP, or fail
 // the QP. DirectDone follows a TransmitDirect that returned true, once the
 // lock is released: what may wait (waking the peer) goes there.
 type DirectWire interface {
-	TransmitDirect(q *QP, w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool
+	TransmitDirect(q *QP, w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool)
 	DirectDone(q *QP)
 }
 
@@ -506,7 +507,8 @@ type DirectWire interface {
 // changed and the ordinary path takes it (and reports its errors).
 func (q *QP) postDirect(wr *verbs.SendWR) bool {
 	if q.state != verbs.QPSRTS || q.typ == verbs.QPTUD || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
-		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm) || wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm && wr.Opcode != verbs.WRRDMAWrite) ||
+		wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
 		return false
 	}
 	n, inline, ok := q.directLen(wr)
@@ -523,10 +525,11 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
 	ok = st == verbs.WCSuccess // a bad key goes the ordinary path, which reports it (post error or completion)
+	done := false
 	if ok {
 		w.seq = q.sq.tail
 		w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
-		ok = q.direct.TransmitDirect(q, w, wr, src, uint32(n))
+		ok, done = q.direct.TransmitDirect(q, w, wr, src, uint32(n))
 	}
 	clear(src) // no references to the caller's memory stay behind
 	q.dsrc = src[:0]
@@ -535,9 +538,15 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 	}
 	q.fillSent(w, wr, n)
 	w.state = wqePending
+	if done {
+		w.state = wqeDone
+	}
 	q.sq.tail++
 	q.sq.next = q.sq.tail
 	q.sq.sent = max(q.sq.sent, q.sq.next)
+	if done {
+		q.retire() // in order: behind requests still pending
+	}
 	return true
 }
 

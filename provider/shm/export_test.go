@@ -48,6 +48,10 @@ func (x *Conn) Unacked() bool {
 // (engine.DirectWire).
 func (x *Conn) Posted() uint64 { return x.c.nPosted }
 
+// PostedWrites returns how many RDMA WRITEs PostSend carried out itself
+// (writeDirect).
+func (x *Conn) PostedWrites() uint64 { return x.c.nPostedWrites }
+
 // Retired returns how many closed connections had their retired segments
 // unmapped by the cleanup.
 func Retired() int64 { return nRetired.Load() }

@@ -389,6 +389,83 @@ func TestAckTiming(t *testing.T) {
 	}
 }
 
+// An RDMA WRITE to a region of the peer's that is mapped here is carried
+// out by PostSend itself when nothing of ours waits in the ring: its data
+// is in place when PostSend returns, and its completion still comes after
+// those of earlier requests. Behind a SEND the peer has not consumed (it
+// waits for a receive), the WRITE is not carried out (RC order): it goes
+// the ordinary path and lands after the SEND.
+func TestDirectWrite(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, ca, _ := pairOn(t, true, 64<<10)
+	postedWrites := ca.(interface{ PostedWrites() uint64 }).PostedWrites
+	conformance.Fill(a.Buf[:16<<10], 5)
+	raddr, rkey := b.MR.RemoteAddr(0), b.MR.RKey()
+	// The first WRITE asks for the mapping (the ordinary path).
+	a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), raddr, rkey))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+
+	// Unsignaled WRITEs from SGEs and inline, then a signaled one.
+	p0 := postedWrites()
+	for i := range 8 {
+		w := wr(uint64(10+i), verbs.WRRDMAWrite, a.MR.SGE(1024*i, 1024), raddr+uint64(1024*i), rkey)
+		w.Flags = 0
+		a.MustPostSend(t, w)
+		if !bytes.Equal(b.Buf[1024*i:1024*(i+1)], a.Buf[1024*i:1024*(i+1)]) {
+			t.Fatalf("WRITE %d: not in the target's memory when PostSend returned", i)
+		}
+	}
+	a.MustPostSend(t, verbs.SendWR{WRID: 20, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendInline | verbs.SendSignaled,
+		Inline: []byte("inline write"), RemoteAddr: raddr + 9000, RKey: rkey})
+	if got := postedWrites() - p0; got != 9 {
+		t.Fatalf("%d of 9 WRITEs carried out by PostSend", got)
+	}
+	if string(b.Buf[9000:9012]) != "inline write" {
+		t.Fatalf("inline WRITE: target holds %q", b.Buf[9000:9012])
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 20, verbs.WCSuccess, verbs.WCRDMAWrite)
+
+	// A SEND the peer consumed but whose acknowledgement this side has not
+	// taken yet (no poll): the WRITE after it is carried out at once, and
+	// completes after it.
+	b.MustPostRecv(t, b.Recv(30, 32<<10, 64))
+	a.MustPostSend(t, a.Send(31, 0, 64))
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 30, verbs.WCSuccess, verbs.WCRecv)
+	p0 = postedWrites()
+	a.MustPostSend(t, wr(32, verbs.WRRDMAWrite, a.MR.SGE(0, 128), raddr+12000, rkey))
+	if got := postedWrites() - p0; got != 1 {
+		t.Fatalf("WRITE behind a consumed SEND: %d carried out by PostSend, want 1", got)
+	}
+	wcs := conformance.PollN(t, a.SendCQ, 2)
+	conformance.ExpectWC(t, wcs[0], 31, verbs.WCSuccess, verbs.WCSend)
+	conformance.ExpectWC(t, wcs[1], 32, verbs.WCSuccess, verbs.WCRDMAWrite)
+
+	// A SEND waiting for a receive: the WRITE behind it waits too.
+	a.MustPostSend(t, a.Send(40, 0, 64))
+	conformance.Fill(a.Buf[4096:8192], 11)
+	p0 = postedWrites()
+	a.MustPostSend(t, wr(41, verbs.WRRDMAWrite, a.MR.SGE(4096, 4096), raddr+16384, rkey))
+	if got := postedWrites() - p0; got != 0 {
+		t.Fatal("a WRITE behind an unconsumed SEND was carried out at once")
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n, _ := a.SendCQ.Poll(make([]verbs.WC, 2)); n != 0 {
+			t.Fatal("a request completed while the SEND before it waits for a receive")
+		}
+		if bytes.Equal(b.Buf[16384:20480], a.Buf[4096:8192]) {
+			t.Fatal("the WRITE landed before the SEND ahead of it was consumed")
+		}
+	}
+	b.MustPostRecv(t, b.Recv(42, 32<<10, 64))
+	wcs = conformance.PollN(t, a.SendCQ, 2)
+	conformance.ExpectWC(t, wcs[0], 40, verbs.WCSuccess, verbs.WCSend)
+	conformance.ExpectWC(t, wcs[1], 41, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if !bytes.Equal(b.Buf[16384:20480], a.Buf[4096:8192]) {
+		t.Fatal("the WRITE behind the SEND: target memory differs")
+	}
+}
+
 // TestDirectPost: a small SEND that finds the send queue idle goes into the
 // ring straight from PostSend (engine.DirectWire) with the same results as
 // the ordinary path; whatever it cannot take (a large SEND, a list of

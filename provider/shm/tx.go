@@ -67,18 +67,26 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 
 // TransmitDirect implements engine.DirectWire: a SEND that fits in one
 // record goes into the ring straight from the caller's request when the
-// ring has room and nothing is in progress; anything else is declined.
-// Declining must leave no trace: the ordinary path then does everything.
-func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) bool {
+// ring has room and nothing is in progress, and an RDMA WRITE to a region
+// of the peer's that is mapped here is copied at once (writeDirect);
+// anything else is declined. Declining must leave no trace: the ordinary
+// path then does everything.
+func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
+	if wr.Opcode == verbs.WRRDMAWrite {
+		if c.writeDirect(wr, payload, n) {
+			return true, true
+		}
+		return false, false
+	}
 	// Not entered (see enter): it touches only the segments.
 	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
-		return false
+		return false, false
 	}
 	start := c.reqOut.tail // as transmit does: a pad or rewind that reserve makes is part of the request
 	c.reqOut.rewind(c.ackHead.Load())
 	b := c.reqOut.reserve(recSize(int(n)))
 	if b == nil {
-		return false // no room (or a corrupt head, which the ordinary path reports)
+		return false, false // no room (or a corrupt head, which the ordinary path reports)
 	}
 	flags, imm := msgFlags(wr)
 	flags |= fFirst | fLast | c.ackFlag(w)
@@ -94,6 +102,46 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 		// lock: not under the QP's lock (DirectDone sends it).
 		c.pokeOwed.Store(true)
 	}
+	return true, false
+}
+
+// writeDirect carries out an RDMA WRITE from PostSend, as transmit does
+// for one that direct allows, when that needs nothing that may wait: the
+// region is mapped here already and passes the checks, and no earlier
+// request of ours waits in the ring (RC order). It reports whether the
+// data is in the peer's region; otherwise the ordinary path takes the
+// request (and asks for the mapping, stalls, or lets the peer refuse it).
+// The send queue is idle (postDirect), so no Transmit runs: like it, this
+// is the one goroutine that uses the mappings and c.last.
+func (c *conn) writeDirect(wr *verbs.SendWR, payload [][]byte, n uint32) bool {
+	if n == 0 || c.tx.busy || !c.enter() {
+		return false
+	}
+	defer c.leave()
+	if c.peerStopped() {
+		return false
+	}
+	r := c.lookup(wr.RKey)
+	addr := wr.RemoteAddr
+	if r == nil || r.fallback || r.access&verbs.AccessRemoteWrite == 0 ||
+		verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&verbs.AccessRemoteWrite == 0 ||
+		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+		return false
+	}
+	if c.reqOut.tail != c.reqOut.head && (c.reqOut.refreshHead() != nil || c.reqOut.tail != c.reqOut.head) {
+		return false
+	}
+	if !r.acquire() {
+		return false
+	}
+	dst := r.at(addr, n)
+	off := 0
+	for _, s := range payload {
+		off += copy(dst[off:], s)
+	}
+	r.release()
+	c.nDirect++
+	c.nPostedWrites++
 	return true
 }
 
