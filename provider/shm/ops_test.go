@@ -397,9 +397,9 @@ func TestAckTiming(t *testing.T) {
 // the ordinary path and lands after the SEND.
 func TestDirectWrite(t *testing.T) {
 	leakcheck.Check(t)
-	a, b, ca, _ := pairOn(t, true, 64<<10)
+	a, b, ca, _ := pairOn(t, true, 256<<10)
 	postedWrites := ca.(interface{ PostedWrites() uint64 }).PostedWrites
-	conformance.Fill(a.Buf[:16<<10], 5)
+	conformance.Fill(a.Buf[:96<<10], 5)
 	raddr, rkey := b.MR.RemoteAddr(0), b.MR.RKey()
 	// The first WRITE asks for the mapping (the ordinary path).
 	a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), raddr, rkey))
@@ -424,6 +424,15 @@ func TestDirectWrite(t *testing.T) {
 		t.Fatalf("inline WRITE: target holds %q", b.Buf[9000:9012])
 	}
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 20, verbs.WCSuccess, verbs.WCRDMAWrite)
+
+	// A large WRITE goes the ordinary path (its copy does not hold the
+	// QP's lock), directly into the mapping all the same.
+	p0 = postedWrites()
+	a.MustPostSend(t, wr(21, verbs.WRRDMAWrite, a.MR.SGE(0, 96<<10), raddr+(128<<10), rkey))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 21, verbs.WCSuccess, verbs.WCRDMAWrite)
+	if got := postedWrites() - p0; got != 0 || !bytes.Equal(b.Buf[128<<10:224<<10], a.Buf[:96<<10]) {
+		t.Fatalf("96 KiB WRITE: %d carried out by PostSend (want 0), data equal %v", got, bytes.Equal(b.Buf[128<<10:224<<10], a.Buf[:96<<10]))
+	}
 
 	// A SEND the peer consumed but whose acknowledgement this side has not
 	// taken yet (no poll): the WRITE after it is carried out at once, and

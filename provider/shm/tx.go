@@ -105,6 +105,10 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	return true, false
 }
 
+// writeDirectMax is the largest WRITE PostSend carries out itself (about a
+// microsecond or two of copying).
+const writeDirectMax = 64 << 10
+
 // writeDirect carries out an RDMA WRITE from PostSend, as transmit does
 // for one that direct allows, when that needs nothing that may wait: the
 // region is mapped here already and passes the checks, and no earlier
@@ -112,9 +116,12 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 // data is in the peer's region; otherwise the ordinary path takes the
 // request (and asks for the mapping, stalls, or lets the peer refuse it).
 // The send queue is idle (postDirect), so no Transmit runs: like it, this
-// is the one goroutine that uses the mappings and c.last.
+// is the one goroutine that uses the mappings and c.last. Larger WRITEs
+// than writeDirectMax go the ordinary path, whose copy does not hold the
+// QP's lock (other posters and completions do not wait for it), and whose
+// own cost is small beside such a copy.
 func (c *conn) writeDirect(wr *verbs.SendWR, payload [][]byte, n uint32) bool {
-	if n == 0 || c.tx.busy || !c.enter() {
+	if n == 0 || n > writeDirectMax || c.tx.busy || !c.enter() {
 		return false
 	}
 	defer c.leave()
