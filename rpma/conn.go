@@ -155,10 +155,14 @@ func (c *Conn) start() {
 			default:
 				continue
 			}
+			// Counted before the hand-over: a NextEvent that takes the
+			// event at once must find it counted (its take would be lost,
+			// and the fd left readable with nothing pending).
+			c.note.add()
 			select {
 			case c.events <- ce:
-				c.note.add()
 			case <-ctx.Done():
+				c.note.take()
 				return
 			}
 		}

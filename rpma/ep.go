@@ -73,10 +73,11 @@ func (e *Ep) accept(ctx context.Context) {
 			close(e.reqs)
 			return
 		}
+		e.note.add() // before the hand-over, as Conn's events (see start)
 		select {
 		case e.reqs <- r:
-			e.note.add()
 		case <-ctx.Done():
+			e.note.take()
 			r.Reject(nil)
 			r.Close()
 		}
