@@ -265,6 +265,20 @@ func TestLargeSendByReference(t *testing.T) {
 	}
 }
 
+// unsignaledSend posts an unsignaled 8-byte SEND from a and spins b's
+// receive CQ until it is in (into receive 9).
+func unsignaledSend(t *testing.T, a, b *conformance.Side) {
+	t.Helper()
+	w := wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
+	w.Flags = 0
+	a.MustPostSend(t, w)
+	rwc := make([]verbs.WC, 1)
+	if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
+		t.Fatal(err)
+	}
+	conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+}
+
 // In polled mode a receiver acknowledges an unsignaled request it consumed
 // at its next poll (deferred, see deferAck). The acknowledgement must still
 // come when the receiver stops polling altogether (the socket goroutine
@@ -281,14 +295,7 @@ func TestDeferredAck(t *testing.T) {
 			// acknowledgement); the receiver until the message is in.
 			a.SendCQ.Poll(make([]verbs.WC, 1))
 			b.RecvCQ.Poll(make([]verbs.WC, 1))
-			w := wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
-			w.Flags = 0
-			a.MustPostSend(t, w)
-			rwc := make([]verbs.WC, 1)
-			if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
-				t.Fatal(err)
-			}
-			conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+			unsignaledSend(t, a, b)
 			if !cb.Unacked() {
 				t.Fatal("the unsignaled SEND was acknowledged in the poll that received it")
 			}
@@ -340,14 +347,7 @@ func TestDeferredAckPollStop(t *testing.T) {
 		}()
 		<-stopped
 	})()
-	w := wr(1, verbs.WRSend, a.MR.SGE(0, 8), 0, 0)
-	w.Flags = 0
-	a.MustPostSend(t, w)
-	rwc := make([]verbs.WC, 1)
-	if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
-		t.Fatal(err)
-	}
-	conformance.ExpectWC(t, rwc[0], 9, verbs.WCSuccess, verbs.WCRecv)
+	unsignaledSend(t, a, b)
 	if rx == nil {
 		t.Fatal("the hook did not run in the poll that received the SEND")
 	}
