@@ -304,8 +304,8 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 
 // checkSend checks one request against the QP's state and limits and
 // returns its length and whether it is inline; q.mu is held. directLen
-// repeats the checks that apply to a SEND or a WRITE in RTS: a rule added
-// here for those goes there too.
+// repeats the checks that apply to a SEND, WRITE or READ in RTS: a rule
+// added here for those goes there too.
 func (q *QP) checkSend(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 	if q.destroyed {
 		return 0, false, verbs.ErrClosed
@@ -447,12 +447,16 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	return nil
 }
 
-// directLen is checkSend for postDirect: a SEND, SEND_WITH_IMM or RDMA
-// WRITE on an RC QP in RTS (postDirect checked those), so only the checks
-// that can still fail remain; ok is false exactly when checkSend would fail.
+// directLen is checkSend for postDirect: a SEND, SEND_WITH_IMM, RDMA
+// WRITE or RDMA READ on an RC QP in RTS (postDirect checked those), so
+// only the checks that can still fail remain; ok is false exactly when
+// checkSend would fail.
 func (q *QP) directLen(wr *verbs.SendWR) (n uint64, inline, ok bool) {
 	if q.destroyed || q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
 		q.deny.Load()&(1<<wr.Opcode) != 0 {
+		return 0, false, false
+	}
+	if wr.Opcode == verbs.WRRDMARead && (len(wr.SGList) > q.dev.cfg.Attr.MaxSGERd || wr.Flags&verbs.SendInline != 0) {
 		return 0, false, false
 	}
 	for _, s := range wr.SGList {
@@ -488,10 +492,11 @@ func (q *QP) fillSent(w *WQE, wr *verbs.SendWR, n uint64) {
 // second round trip on the lock, the transmitter's bookkeeping), and its
 // WQE is filled after it went out: on a shared-memory ring this took about
 // a tenth off an 8-byte message's latency. TransmitDirect gets the request
-// (already checked), its payload resolved (n bytes in payload) and its WQE
+// (already checked), its payload resolved (n bytes in payload: a READ's
+// sink, checked for local write access) and its WQE
 // slot, of which only Seq and Signaled are set yet. It returns out when
-// the request is out: done when it is complete already (an RDMA WRITE
-// the wire carried out itself), otherwise with the outcome Pending (the
+// the request is out: done when it is complete already (an RDMA WRITE or
+// READ the wire carried out itself), otherwise with the outcome Pending (the
 // wire completes it later with Complete or CompleteDeferred, which wait
 // for the lock). A request not out is declined and takes the ordinary path. It must not block
 // (not even on a socket's lock), call into the engine for this QP, or fail
@@ -507,7 +512,7 @@ type DirectWire interface {
 // changed and the ordinary path takes it (and reports its errors).
 func (q *QP) postDirect(wr *verbs.SendWR) bool {
 	if q.state != verbs.QPSRTS || q.typ == verbs.QPTUD || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
-		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm && wr.Opcode != verbs.WRRDMAWrite) ||
+		(wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm && wr.Opcode != verbs.WRRDMAWrite && wr.Opcode != verbs.WRRDMARead) ||
 		wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
 		return false
 	}
@@ -516,11 +521,14 @@ func (q *QP) postDirect(wr *verbs.SendWR) bool {
 		return false // reported by the ordinary path
 	}
 	src, st := q.dsrc[:0], verbs.WCSuccess
-	if inline && wr.Inline != nil {
+	switch {
+	case inline && wr.Inline != nil:
 		if n > 0 {
 			src = append(src, wr.Inline)
 		}
-	} else {
+	case wr.Opcode == verbs.WRRDMARead: // the sink
+		src, st = q.segments(&q.sendMR, wr.SGList, src, verbs.AccessLocalWrite)
+	default:
 		src, st = q.segments(&q.sendMR, wr.SGList, src, 0)
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]

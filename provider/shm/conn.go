@@ -92,7 +92,7 @@ type conn struct {
 	// sent through the peer, request records this side served.
 	nDirect, nRing, nRef uint64 // Transmit's (one at a time, ordered by the engine's lock)
 	nPosted              uint64 // SENDs TransmitDirect put in the ring (also counted in nRing)
-	nPostedWrites        uint64 // WRITEs writeDirect carried out (also counted in nDirect)
+	nPostedOneSided      uint64 // WRITEs and READs oneSidedDirect carried out (also counted in nDirect)
 	pokeOwed             atomic.Bool
 	nServed              uint64 // under consMu
 

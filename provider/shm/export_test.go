@@ -48,9 +48,9 @@ func (x *Conn) Unacked() bool {
 // (engine.DirectWire).
 func (x *Conn) Posted() uint64 { return x.c.nPosted }
 
-// PostedWrites returns how many RDMA WRITEs PostSend carried out itself
-// (writeDirect).
-func (x *Conn) PostedWrites() uint64 { return x.c.nPostedWrites }
+// PostedOneSided returns how many RDMA WRITEs and READs PostSend carried
+// out itself (oneSidedDirect).
+func (x *Conn) PostedOneSided() uint64 { return x.c.nPostedOneSided }
 
 // Retired returns how many closed connections had their retired segments
 // unmapped by the cleanup.

@@ -389,16 +389,17 @@ func TestAckTiming(t *testing.T) {
 	}
 }
 
-// An RDMA WRITE to a region of the peer's that is mapped here is carried
-// out by PostSend itself when nothing of ours waits in the ring: its data
-// is in place when PostSend returns, and its completion still comes after
-// those of earlier requests. Behind a SEND the peer has not consumed (it
-// waits for a receive), the WRITE is not carried out (RC order): it goes
-// the ordinary path and lands after the SEND.
-func TestDirectWrite(t *testing.T) {
+// An RDMA WRITE or READ on a region of the peer's that is mapped here is
+// carried out by PostSend itself when nothing of ours waits in the ring:
+// its data is in place when PostSend returns, and its completion still
+// comes after those of earlier requests. Behind a SEND the peer has not
+// consumed (it waits for a receive), neither is carried out (RC order):
+// they go the ordinary path, the WRITE lands after the SEND and the READ
+// after them returns what the WRITE wrote.
+func TestDirectOneSided(t *testing.T) {
 	leakcheck.Check(t)
 	a, b, ca, _ := pairOn(t, true, 256<<10)
-	postedWrites := ca.(interface{ PostedWrites() uint64 }).PostedWrites
+	postedOneSided := ca.(interface{ PostedOneSided() uint64 }).PostedOneSided
 	conformance.Fill(a.Buf[:96<<10], 5)
 	raddr, rkey := b.MR.RemoteAddr(0), b.MR.RKey()
 	// The first WRITE asks for the mapping (the ordinary path).
@@ -406,7 +407,7 @@ func TestDirectWrite(t *testing.T) {
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 
 	// Unsignaled WRITEs from SGEs and inline, then a signaled one.
-	p0 := postedWrites()
+	p0 := postedOneSided()
 	for i := range 8 {
 		w := wr(uint64(10+i), verbs.WRRDMAWrite, a.MR.SGE(1024*i, 1024), raddr+uint64(1024*i), rkey)
 		w.Flags = 0
@@ -417,7 +418,7 @@ func TestDirectWrite(t *testing.T) {
 	}
 	a.MustPostSend(t, verbs.SendWR{WRID: 20, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendInline | verbs.SendSignaled,
 		Inline: []byte("inline write"), RemoteAddr: raddr + 9000, RKey: rkey})
-	if got := postedWrites() - p0; got != 9 {
+	if got := postedOneSided() - p0; got != 9 {
 		t.Fatalf("%d of 9 WRITEs carried out by PostSend", got)
 	}
 	if string(b.Buf[9000:9012]) != "inline write" {
@@ -425,12 +426,29 @@ func TestDirectWrite(t *testing.T) {
 	}
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 20, verbs.WCSuccess, verbs.WCRDMAWrite)
 
+	// A READ of what the WRITEs wrote, into two SGEs.
+	p0 = postedOneSided()
+	clear(a.Buf[100<<10 : 104<<10])
+	a.MustPostSend(t, verbs.SendWR{WRID: 22, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(100<<10, 1000), a.MR.SGE(102<<10, 2000)}, RemoteAddr: raddr + 1024, RKey: rkey})
+	if got := postedOneSided() - p0; got != 1 {
+		t.Fatalf("READ: %d carried out by PostSend, want 1", got)
+	}
+	if !bytes.Equal(a.Buf[100<<10:100<<10+1000], b.Buf[1024:2024]) || !bytes.Equal(a.Buf[102<<10:102<<10+2000], b.Buf[2024:4024]) {
+		t.Fatal("READ: the sink does not hold the target's bytes when PostSend returned")
+	}
+	if wc := conformance.Poll1(t, a.SendCQ); wc.ByteLen != 3000 {
+		t.Fatalf("READ completion %+v, want 3000 bytes", wc)
+	} else {
+		conformance.ExpectWC(t, wc, 22, verbs.WCSuccess, verbs.WCRDMARead)
+	}
+
 	// A large WRITE goes the ordinary path (its copy does not hold the
 	// QP's lock), directly into the mapping all the same.
-	p0 = postedWrites()
+	p0 = postedOneSided()
 	a.MustPostSend(t, wr(21, verbs.WRRDMAWrite, a.MR.SGE(0, 96<<10), raddr+(128<<10), rkey))
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 21, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if got := postedWrites() - p0; got != 0 || !bytes.Equal(b.Buf[128<<10:224<<10], a.Buf[:96<<10]) {
+	if got := postedOneSided() - p0; got != 0 || !bytes.Equal(b.Buf[128<<10:224<<10], a.Buf[:96<<10]) {
 		t.Fatalf("96 KiB WRITE: %d carried out by PostSend (want 0), data equal %v", got, bytes.Equal(b.Buf[128<<10:224<<10], a.Buf[:96<<10]))
 	}
 
@@ -440,22 +458,24 @@ func TestDirectWrite(t *testing.T) {
 	b.MustPostRecv(t, b.Recv(30, 32<<10, 64))
 	a.MustPostSend(t, a.Send(31, 0, 64))
 	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 30, verbs.WCSuccess, verbs.WCRecv)
-	p0 = postedWrites()
+	p0 = postedOneSided()
 	a.MustPostSend(t, wr(32, verbs.WRRDMAWrite, a.MR.SGE(0, 128), raddr+12000, rkey))
-	if got := postedWrites() - p0; got != 1 {
+	if got := postedOneSided() - p0; got != 1 {
 		t.Fatalf("WRITE behind a consumed SEND: %d carried out by PostSend, want 1", got)
 	}
 	wcs := conformance.PollN(t, a.SendCQ, 2)
 	conformance.ExpectWC(t, wcs[0], 31, verbs.WCSuccess, verbs.WCSend)
 	conformance.ExpectWC(t, wcs[1], 32, verbs.WCSuccess, verbs.WCRDMAWrite)
 
-	// A SEND waiting for a receive: the WRITE behind it waits too.
+	// A SEND waiting for a receive: the WRITE and the READ behind it wait too.
 	a.MustPostSend(t, a.Send(40, 0, 64))
 	conformance.Fill(a.Buf[4096:8192], 11)
-	p0 = postedWrites()
+	clear(a.Buf[104<<10 : 108<<10])
+	p0 = postedOneSided()
 	a.MustPostSend(t, wr(41, verbs.WRRDMAWrite, a.MR.SGE(4096, 4096), raddr+16384, rkey))
-	if got := postedWrites() - p0; got != 0 {
-		t.Fatal("a WRITE behind an unconsumed SEND was carried out at once")
+	a.MustPostSend(t, wr(43, verbs.WRRDMARead, a.MR.SGE(104<<10, 4096), raddr+16384, rkey))
+	if got := postedOneSided() - p0; got != 0 {
+		t.Fatalf("%d requests behind an unconsumed SEND carried out at once", got)
 	}
 	deadline := time.Now().Add(50 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -467,11 +487,15 @@ func TestDirectWrite(t *testing.T) {
 		}
 	}
 	b.MustPostRecv(t, b.Recv(42, 32<<10, 64))
-	wcs = conformance.PollN(t, a.SendCQ, 2)
+	wcs = conformance.PollN(t, a.SendCQ, 3)
 	conformance.ExpectWC(t, wcs[0], 40, verbs.WCSuccess, verbs.WCSend)
 	conformance.ExpectWC(t, wcs[1], 41, verbs.WCSuccess, verbs.WCRDMAWrite)
+	conformance.ExpectWC(t, wcs[2], 43, verbs.WCSuccess, verbs.WCRDMARead)
 	if !bytes.Equal(b.Buf[16384:20480], a.Buf[4096:8192]) {
 		t.Fatal("the WRITE behind the SEND: target memory differs")
+	}
+	if !bytes.Equal(a.Buf[104<<10:108<<10], a.Buf[4096:8192]) {
+		t.Fatal("the READ after the WRITE did not return what the WRITE wrote")
 	}
 }
 

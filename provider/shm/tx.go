@@ -67,16 +67,18 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 
 // TransmitDirect implements engine.DirectWire: a SEND that fits in one
 // record goes into the ring straight from the caller's request when the
-// ring has room and nothing is in progress, and an RDMA WRITE to a region
-// of the peer's that is mapped here is copied at once (writeDirect);
-// anything else is declined. Declining must leave no trace: the ordinary
-// path then does everything.
+// ring has room and nothing is in progress, and an RDMA WRITE or READ on a
+// region of the peer's that is mapped here is carried out at once
+// (oneSidedDirect); anything else is declined. Declining must leave no
+// trace: the ordinary path then does everything.
 func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
-	if wr.Opcode == verbs.WRRDMAWrite {
-		if c.writeDirect(wr, payload, n) {
-			return true, true
-		}
-		return false, false
+	switch wr.Opcode {
+	case verbs.WRRDMAWrite:
+		ok := c.oneSidedDirect(wr, payload, n, verbs.AccessRemoteWrite)
+		return ok, ok
+	case verbs.WRRDMARead:
+		ok := c.oneSidedDirect(wr, payload, n, verbs.AccessRemoteRead)
+		return ok, ok
 	}
 	// Not entered (see enter): it touches only the segments.
 	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
@@ -105,23 +107,24 @@ func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, pay
 	return true, false
 }
 
-// writeDirectMax is the largest WRITE PostSend carries out itself (about a
-// microsecond or two of copying).
-const writeDirectMax = 64 << 10
+// oneSidedDirectMax is the largest WRITE or READ PostSend carries out
+// itself (a microsecond or two of copying).
+const oneSidedDirectMax = 64 << 10
 
-// writeDirect carries out an RDMA WRITE from PostSend, as transmit does
-// for one that direct allows, when that needs nothing that may wait: the
-// region is mapped here already and passes the checks, and no earlier
-// request of ours waits in the ring (RC order). It reports whether the
-// data is in the peer's region; otherwise the ordinary path takes the
-// request (and asks for the mapping, stalls, or lets the peer refuse it).
-// The send queue is idle (postDirect), so no Transmit runs: like it, this
-// is the one goroutine that uses the mappings and c.last. Larger WRITEs
-// than writeDirectMax go the ordinary path, whose copy does not hold the
-// QP's lock (other posters and completions do not wait for it), and whose
-// own cost is small beside such a copy.
-func (c *conn) writeDirect(wr *verbs.SendWR, payload [][]byte, n uint32) bool {
-	if n == 0 || n > writeDirectMax || c.tx.busy || !c.enter() {
+// oneSidedDirect carries out an RDMA WRITE (need AccessRemoteWrite: local
+// holds the data) or READ (AccessRemoteRead: local is the sink) from
+// PostSend, as transmit does for one that direct allows, when that needs
+// nothing that may wait: the region is mapped here already and passes
+// direct's checks, and no earlier request of ours waits in the ring (RC
+// order). It reports whether the data has moved; otherwise the ordinary
+// path takes the request (and asks for the mapping, stalls, or lets the
+// peer refuse it). The send queue is idle (postDirect), so no Transmit
+// runs: like it, this is the one goroutine that uses the mappings and
+// c.last. Requests larger than oneSidedDirectMax go the ordinary path,
+// whose copy does not hold the QP's lock (other posters and completions do
+// not wait for it), and whose own cost is small beside such a copy.
+func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need verbs.AccessFlags) bool {
+	if n == 0 || n > oneSidedDirectMax || c.tx.busy || !c.enter() {
 		return false
 	}
 	defer c.leave()
@@ -130,9 +133,9 @@ func (c *conn) writeDirect(wr *verbs.SendWR, payload [][]byte, n uint32) bool {
 	}
 	r := c.lookup(wr.RKey)
 	addr := wr.RemoteAddr
-	if r == nil || r.fallback || r.access&verbs.AccessRemoteWrite == 0 ||
-		verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&verbs.AccessRemoteWrite == 0 ||
-		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+	if r == nil || r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
+		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) ||
+		need == verbs.AccessRemoteRead && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
 		return false
 	}
 	if c.reqOut.tail != c.reqOut.head && (c.reqOut.refreshHead() != nil || c.reqOut.tail != c.reqOut.head) {
@@ -141,14 +144,14 @@ func (c *conn) writeDirect(wr *verbs.SendWR, payload [][]byte, n uint32) bool {
 	if !r.acquire() {
 		return false
 	}
-	dst := r.at(addr, n)
-	off := 0
-	for _, s := range payload {
-		off += copy(dst[off:], s)
+	if need == verbs.AccessRemoteRead {
+		engine.CopyInto(local, 0, r.at(addr, n))
+	} else {
+		engine.CopyFrom(r.at(addr, n), local, 0)
 	}
 	r.release()
 	c.nDirect++
-	c.nPostedWrites++
+	c.nPostedOneSided++
 	return true
 }
 
