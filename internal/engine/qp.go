@@ -492,16 +492,17 @@ func (q *QP) fillSent(w *WQE, wr *verbs.SendWR, n uint64) {
 // second round trip on the lock, the transmitter's bookkeeping), and its
 // WQE is filled after it went out: on a shared-memory ring this took about
 // a tenth off an 8-byte message's latency. TransmitDirect gets the request
-// (already checked), its payload resolved (n bytes in payload: a READ's
-// sink, checked for local write access) and its WQE
-// slot, of which only Seq and Signaled are set yet. It returns out when
-// the request is out: done when it is complete already (an RDMA WRITE or
-// READ the wire carried out itself), otherwise with the outcome Pending (the
-// wire completes it later with Complete or CompleteDeferred, which wait
-// for the lock). A request not out is declined and takes the ordinary path. It must not block
-// (not even on a socket's lock), call into the engine for this QP, or fail
-// the QP. DirectDone follows a TransmitDirect that returned true, once the
-// lock is released: what may wait (waking the peer) goes there.
+// (already checked), its payload resolved (n bytes in payload; a READ's
+// sink, checked for local write access) and its WQE slot, of which only
+// Seq and Signaled are set yet. It reports out when the request is out:
+// done when it is complete already (an RDMA WRITE or READ the wire carried
+// out itself), otherwise with the outcome Pending (the wire completes it
+// later with Complete or CompleteDeferred, which wait for the lock). A
+// request not out is declined and takes the ordinary path. It must not
+// block (not even on a socket's lock), call into the engine for this QP,
+// or fail the QP. DirectDone follows a TransmitDirect that put the request
+// out, once the lock is released: what may wait (waking the peer) goes
+// there.
 type DirectWire interface {
 	TransmitDirect(q *QP, w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool)
 	DirectDone(q *QP)
