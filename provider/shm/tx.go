@@ -114,9 +114,7 @@ const oneSidedDirectMax = 64 << 10
 // oneSidedDirect carries out an RDMA WRITE (need AccessRemoteWrite: local
 // holds the data) or READ (AccessRemoteRead: local is the sink) from
 // PostSend, as transmit does for one that direct allows, when that needs
-// nothing that may wait: the region is mapped here already and passes
-// direct's checks, and no earlier request of ours waits in the ring (RC
-// order). It reports whether the data has moved; otherwise the ordinary
+// nothing that may wait: remoteAccess says viaMapping. It reports whether the data has moved; otherwise the ordinary
 // path takes the request (and asks for the mapping, stalls, or lets the
 // peer refuse it). The send queue is idle (postDirect), so no Transmit
 // runs: like it, this is the one goroutine that uses the mappings and
@@ -131,17 +129,9 @@ func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need v
 	if c.peerStopped() {
 		return false
 	}
-	r := c.lookup(wr.RKey)
 	addr := wr.RemoteAddr
-	if r == nil || r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
-		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) ||
-		need == verbs.AccessRemoteRead && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
-		return false
-	}
-	if c.reqOut.tail != c.reqOut.head && (c.reqOut.refreshHead() != nil || c.reqOut.tail != c.reqOut.head) {
-		return false
-	}
-	if !r.acquire() {
+	r, how := c.remoteAccess(wr.RKey, need, addr, n)
+	if how != viaMapping || !r.acquire() {
 		return false
 	}
 	if need == verbs.AccessRemoteRead {
@@ -310,33 +300,55 @@ func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint
 	if n == 0 {
 		return nil, res, true
 	}
-	r = c.lookup(w.WR.RKey)
-	if r == nil {
-		return nil, c.askMap(w.WR.RKey), false
-	}
-	if r.fallback {
+	r, how := c.remoteAccess(w.WR.RKey, need, addr, n)
+	switch how {
+	case viaPeer:
 		return nil, res, true
+	case viaUnmapped:
+		return nil, c.askMap(w.WR.RKey), false
+	case viaCorrupt:
+		c.fail(errCorrupt)
+		return nil, engine.Fail(verbs.WCWRFlushErr), false
+	case viaOrder:
+		return nil, c.stall(), false
+	}
+	return r, res, true
+}
+
+// How an access to the peer's memory can go now (remoteAccess).
+const (
+	viaMapping  = iota // directly in our mapping of the region
+	viaPeer            // through the peer: not mappable, or refused by a check (the peer reports the error)
+	viaUnmapped        // not known yet: ask the peer for the mapping
+	viaOrder           // wait: requests of ours before it are still in the ring (RC order)
+	viaCorrupt         // the peer's head is corrupt
+)
+
+// remoteAccess checks an access of n bytes at addr of the peer's region
+// rkey, needing need, against what we know of the region, and says how it
+// can go; r is the mapping when it is viaMapping.
+func (c *conn) remoteAccess(rkey uint32, need verbs.AccessFlags, addr uint64, n uint32) (r *remote, how int) {
+	r = c.lookup(rkey)
+	if r == nil {
+		return nil, viaUnmapped
 	}
 	// Anything the checks refuse goes through the peer, which reports the
 	// error as it reports any remote error.
-	if r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
-		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
-		return nil, res, true
-	}
-	if need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
-		return nil, res, true
+	if r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
+		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) ||
+		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
+		return nil, viaPeer
 	}
 	// RC order: the peer executes earlier requests first.
 	if c.reqOut.tail != c.reqOut.head {
 		if c.reqOut.refreshHead() != nil {
-			c.fail(errCorrupt)
-			return nil, engine.Fail(verbs.WCWRFlushErr), false
+			return nil, viaCorrupt
 		}
 		if c.reqOut.tail != c.reqOut.head {
-			return nil, c.stall(), false
+			return nil, viaOrder
 		}
 	}
-	return r, res, true
+	return r, viaMapping
 }
 
 // direct8 is direct for an 8-byte atomic access at the request's remote
