@@ -29,10 +29,11 @@ before SERVER, as with perftest. With -d shm0 both processes are on one
 host: the socket is the abstract name @goverbs-perf-PORT, SERVER is ignored.
 
 Method.
-  Latency: every iteration is timestamped once, right after its post (perftest's
-  method), and a sample is the time between two consecutive stamps; the
-  distribution of the samples is reported: t_min, t_typical (the median),
-  t_avg, t_max, the standard deviation, and the 99% and 99.9% percentiles.
+  Latency: every iteration is timestamped once, right after its post
+  (perftest's method), and a sample is the time between two consecutive
+  stamps; the distribution of the samples is reported: t_min, t_typical
+  (the median), t_avg, t_max, the standard deviation, and the 99% and
+  99.9% percentiles.
   Send and write latency is half a ping-pong round trip; read and atomic
   latency is one operation, post to completion, per iteration. -w untimed
   iterations (1000 by default, as ucx_perftest's -w) come first: the first
@@ -40,8 +41,9 @@ Method.
   Bandwidth: -t work requests are kept in flight on each of -q QPs, one in
   -Q signaled (perftest's cq_mod, 100: its completion accounts for those
   before it); the bytes of the completed requests are divided by the
-  elapsed time (MB = 10^6 bytes). The peak is the best window of at least a twentieth of the
-  run and 5 ms. Both ends busy-poll their CQs (polled progress).
+  elapsed time (MB = 10^6 bytes). The peak is the best window of at least
+  a twentieth of the run and 5 ms. Both ends busy-poll their CQs (polled
+  progress).
 
 -R speaks perftest's own rdma_cm protocol instead of goverbs' (control
 connection, version and pingpong_dest exchange, receiver credits for
