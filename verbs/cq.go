@@ -16,7 +16,7 @@ import (
 type CQ struct {
 	ctx    *Context
 	ch     *CompChannel
-	d      CQDriver
+	d      cqDriver
 	events atomic.Int64 // delivered minus acknowledged completion events
 	// UserData is free for the application (the cq_context of the C API).
 	UserData any
@@ -52,9 +52,6 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // makes it return at once.
 func (cq *CQ) Wait(ctx context.Context) error { return cq.d.Wait(ctx) }
 
-// Driver returns the provider's object (for providers).
-func (cq *CQ) Driver() CQDriver { return cq.d }
-
 // Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while
 // completion events obtained with GetEvent are not acknowledged with
 // AckEvents, or while queue pairs or SRQs still use it.
@@ -68,7 +65,7 @@ func (cq *CQ) Destroy() error {
 // CompChannel is a completion event channel (struct ibv_comp_channel).
 type CompChannel struct {
 	ctx *Context
-	d   CompChannelDriver
+	d   compChannelDriver
 }
 
 // GetEvent blocks until one of the channel's CQs has an event, and returns

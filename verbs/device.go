@@ -8,7 +8,7 @@ import (
 
 // Device is an RDMA device offered by a registered provider (struct ibv_device).
 type Device struct {
-	d DeviceDriver
+	d deviceDriver
 }
 
 // Devices lists the devices of every registered provider (ibv_get_device_list).
@@ -59,7 +59,7 @@ func (d *Device) Open() (*Context, error) {
 
 // Context is an opened device (struct ibv_context): the parent of every other object.
 type Context struct {
-	d      ContextDriver
+	d      contextDriver
 	dev    *Device
 	closed atomic.Bool
 }
@@ -118,7 +118,7 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, fmt.Errorf("%w: completion channel of another context", ErrInvalid)
 	}
 	cq := &CQ{ctx: c, ch: ch}
-	var chd CompChannelDriver
+	var chd compChannelDriver
 	if ch != nil {
 		chd = ch.d
 	}

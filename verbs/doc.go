@@ -27,7 +27,8 @@
 //
 // Devices come from providers, which register themselves when imported:
 // goverbs/provider/loop offers "loop0", an in-process device for tests.
-// Providers implement the interfaces in driver.go; applications never use them.
+// Providers implement the interfaces of package verbs/driver; applications
+// never use them.
 //
 // Where the documentation of a call says nothing else, goverbs does what
 // libibverbs does.

@@ -2,73 +2,62 @@ package verbs
 
 import (
 	"context"
-	"sort"
-	"sync"
+
+	"github.com/goverbs/goverbs/verbs/internal/registry"
 )
 
-// This file is the provider interface: what a provider implements so that the
-// objects of this package run on it, in the way libibverbs' verbs_context_ops
-// connect the library to a driver. Applications do not use it. The pure-Go
-// providers implement it once, in goverbs' internal engine; a provider never
-// has to repeat the argument checks done here.
+// The provider interface, as package verbs holds it. Package verbs/driver
+// publishes the same interfaces to providers (driver.QP, driver.CQ, ...):
+// each is an alias of an interface literal, and identical literals are one
+// type, so the objects a provider returns are used here as they are. A
+// method changed here must change there too: verbs would no longer
+// recognise the provider's objects, which verbs/driver's test and every
+// provider's conformance tests catch.
 
-// Provider is a source of devices, registered with RegisterProvider.
-type Provider interface {
-	// Devices lists the provider's devices now.
-	Devices() []DeviceDriver
+type providerDriver = interface {
+	Devices() []deviceDriver
 }
 
-// DeviceDriver is one device of a provider.
-type DeviceDriver interface {
+type deviceDriver = interface {
 	Name() string
 	GUID() uint64
 	NodeType() NodeType
 	TransportType() TransportType
-	// Open returns a new context on the device.
-	Open() (ContextDriver, error)
+	Open() (contextDriver, error)
 }
 
-// ContextDriver is an opened device (struct ibv_context).
-type ContextDriver interface {
+type contextDriver = interface {
 	QueryDevice() DeviceAttr
 	QueryPort(port uint8) (PortAttr, error)
 	QueryGID(port uint8, index int) (GID, error)
-	AllocPD(pd *PD) (PDDriver, error)
-	CreateCompChannel(ch *CompChannel) (CompChannelDriver, error)
-	// CreateCQ creates a CQ with at least cqe entries; ch may be nil.
-	CreateCQ(cq *CQ, cqe int, ch CompChannelDriver) (CQDriver, error)
-	// AsyncEvent blocks until an asynchronous event is available or ctx is done.
+	AllocPD(pd *PD) (pdDriver, error)
+	CreateCompChannel(ch *CompChannel) (compChannelDriver, error)
+	CreateCQ(cq *CQ, cqe int, ch compChannelDriver) (cqDriver, error)
 	AsyncEvent(ctx context.Context) (AsyncEvent, error)
 	Close() error
 }
 
-// PDDriver is a protection domain.
-type PDDriver interface {
-	// RegMR registers buf; addr is the address of buf[0] as SGEs name it.
-	RegMR(mr *MR, buf []byte, addr uint64, access AccessFlags) (MRDriver, error)
-	CreateQP(qp *QP, attr *QPInitAttr) (QPDriver, error)
-	CreateSRQ(srq *SRQ, attr *SRQInitAttr) (SRQDriver, error)
-	CreateAH(ah *AH, attr *AHAttr) (AHDriver, error)
+type pdDriver = interface {
+	RegMR(mr *MR, buf []byte, addr uint64, access AccessFlags) (mrDriver, error)
+	CreateQP(qp *QP, attr *QPInitAttr) (qpDriver, error)
+	CreateSRQ(srq *SRQ, attr *SRQInitAttr) (srqDriver, error)
+	CreateAH(ah *AH, attr *AHAttr) (ahDriver, error)
 	Dealloc() error
 }
 
-// MRDriver is a registered memory region.
-type MRDriver interface {
+type mrDriver = interface {
 	LKey() uint32
 	RKey() uint32
 	Dereg() error
 }
 
-// CompChannelDriver is a completion event channel.
-type CompChannelDriver interface {
-	// GetEvent blocks until a CQ of the channel has an event or ctx is done.
+type compChannelDriver = interface {
 	GetEvent(ctx context.Context) (*CQ, error)
 	Fd() int
 	Close() error
 }
 
-// CQDriver is a completion queue. Poll must not block or allocate.
-type CQDriver interface {
+type cqDriver = interface {
 	Poll(wc []WC) (int, error)
 	ReqNotify(solicitedOnly bool) error
 	Wait(ctx context.Context) error
@@ -76,8 +65,7 @@ type CQDriver interface {
 	Destroy() error
 }
 
-// QPDriver is a queue pair.
-type QPDriver interface {
+type qpDriver = interface {
 	Num() uint32
 	PostSend(wr []SendWR) error
 	PostRecv(wr []RecvWR) error
@@ -86,47 +74,54 @@ type QPDriver interface {
 	Destroy() error
 }
 
-// SRQDriver is a shared receive queue.
-type SRQDriver interface {
+type srqDriver = interface {
 	PostRecv(wr []RecvWR) error
 	Modify(attr *SRQAttr, mask SRQAttrMask) error
 	Query() (SRQAttr, error)
 	Destroy() error
 }
 
-// AHDriver is an address handle.
-type AHDriver interface {
+type ahDriver = interface {
 	Destroy() error
 }
 
-var registry struct {
-	sync.Mutex
-	providers map[string]Provider
+func init() {
+	registry.Unwrap = unwrap
 }
 
-// RegisterProvider makes the devices of p visible to Devices and OpenDevice.
-// Providers call it from their init function; registering a name twice
-// replaces the earlier provider.
-func RegisterProvider(name string, p Provider) {
-	registry.Lock()
-	defer registry.Unlock()
-	if registry.providers == nil {
-		registry.providers = make(map[string]Provider)
+// unwrap is registry.Unwrap: the provider object behind a verbs object.
+func unwrap(obj any) any {
+	switch o := obj.(type) {
+	case *QP:
+		if o != nil {
+			return o.d
+		}
+	case *CQ:
+		if o != nil {
+			return o.d
+		}
+	case *SRQ:
+		if o != nil {
+			return o.d
+		}
+	case *AH:
+		if o != nil {
+			return o.d
+		}
+	case *MR:
+		if o != nil {
+			return o.d
+		}
 	}
-	registry.providers[name] = p
+	return nil
 }
 
-func providers() []Provider {
-	registry.Lock()
-	defer registry.Unlock()
-	names := make([]string, 0, len(registry.providers))
-	for n := range registry.providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	ps := make([]Provider, len(names))
-	for i, n := range names {
-		ps[i] = registry.providers[n]
+func providers() []providerDriver {
+	var ps []providerDriver
+	for _, p := range registry.Providers() {
+		if pd, ok := p.(providerDriver); ok {
+			ps = append(ps, pd)
+		}
 	}
 	return ps
 }

@@ -11,7 +11,7 @@ import (
 // with libibverbs' non-zero-based regions.
 type MR struct {
 	pd         *PD
-	d          MRDriver
+	d          mrDriver
 	buf        []byte
 	addr       uint64
 	access     AccessFlags
@@ -51,8 +51,16 @@ func (mr *MR) SGE(off, n int) SGE {
 // RemoteAddr returns the address a peer uses for offset off of the region.
 func (mr *MR) RemoteAddr(off int) uint64 { return mr.addr + uint64(off) }
 
-// Driver returns the provider's object (for providers).
-func (mr *MR) Driver() MRDriver { return mr.d }
+// Buffer returns the AllocBuffer the region lies in and the region's offset
+// in it, or nil when the region is other memory (the Go heap, a mapped
+// file). A provider that shares memory with another process or hands it to
+// C uses it; the buffer cannot be freed while the region is registered.
+func (mr *MR) Buffer() (buf *Buffer, off int) {
+	if mr.ab == nil {
+		return nil, 0
+	}
+	return mr.ab, int(mr.addr - addrOf(mr.ab.b))
+}
 
 // Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once,
 // for local work requests and remote peers alike.

@@ -8,7 +8,7 @@ import (
 // address handles of one PD work only with each other.
 type PD struct {
 	ctx *Context
-	d   PDDriver
+	d   pdDriver
 }
 
 // Context returns the context the PD belongs to.
@@ -110,7 +110,7 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 type AH struct {
 	pd   *PD
 	attr AHAttr
-	d    AHDriver
+	d    ahDriver
 }
 
 // PD returns the protection domain of the address handle.
@@ -118,9 +118,6 @@ func (ah *AH) PD() *PD { return ah.pd }
 
 // Attr returns the address vector the handle was created with.
 func (ah *AH) Attr() AHAttr { return ah.attr }
-
-// Driver returns the provider's object (for providers).
-func (ah *AH) Driver() AHDriver { return ah.d }
 
 // Destroy destroys the address handle (ibv_destroy_ah).
 func (ah *AH) Destroy() error { return ah.d.Destroy() }

@@ -11,7 +11,7 @@ import "fmt"
 // WCWRFlushErr.
 type QP struct {
 	pd     *PD
-	d      QPDriver
+	d      qpDriver
 	num    uint32
 	typ    QPType
 	sendCQ *CQ
@@ -40,9 +40,6 @@ func (qp *QP) SRQ() *SRQ { return qp.srq }
 
 // UserData returns QPInitAttr.UserData.
 func (qp *QP) UserData() any { return qp.user }
-
-// Driver returns the provider's object (for providers).
-func (qp *QP) Driver() QPDriver { return qp.d }
 
 // PostSend posts send work requests (ibv_post_send). Requests are checked as
 // they are posted: processing stops at the first one that cannot be posted
@@ -120,7 +117,7 @@ func (qp *QP) Destroy() error { return qp.d.Destroy() }
 // QP created with it consumes, in posting order.
 type SRQ struct {
 	pd   *PD
-	d    SRQDriver
+	d    srqDriver
 	user any
 }
 
@@ -129,9 +126,6 @@ func (s *SRQ) PD() *PD { return s.pd }
 
 // UserData returns SRQInitAttr.UserData.
 func (s *SRQ) UserData() any { return s.user }
-
-// Driver returns the provider's object (for providers).
-func (s *SRQ) Driver() SRQDriver { return s.d }
 
 // PostRecv posts receive work requests to the SRQ (ibv_post_srq_recv), with
 // the first-failure rule of QP.PostRecv.

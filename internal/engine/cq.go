@@ -208,7 +208,7 @@ func (cq *CQ) signal(solicited bool) {
 	}
 }
 
-// Poll implements verbs.CQDriver. When the ring is empty it lets the
+// Poll implements driver.CQ. When the ring is empty it lets the
 // providers' pollers make progress (polled mode) and looks again.
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	// The ring is looked at with inlined loads first: a busy-polling
@@ -287,7 +287,7 @@ func (cq *CQ) empty() bool {
 // must not rely on it polling again.
 func (cq *CQ) Armed() bool { return cq.armed.Load() != armNone }
 
-// ReqNotify implements verbs.CQDriver.
+// ReqNotify implements driver.CQ.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return verbs.ErrClosed
@@ -308,7 +308,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // no CPU.
 var WaitSpin = 20 * time.Microsecond
 
-// Wait implements verbs.CQDriver: a bounded spin, then a blocking wait.
+// Wait implements driver.CQ: a bounded spin, then a blocking wait.
 func (cq *CQ) Wait(ctx context.Context) error {
 	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && WaitSpin > 0 {
 		deadline := time.Now().Add(WaitSpin)
@@ -357,7 +357,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	}
 }
 
-// Destroy implements verbs.CQDriver.
+// Destroy implements driver.CQ.
 func (cq *CQ) Destroy() error {
 	if n := cq.refs.Load(); n > 0 {
 		return fmt.Errorf("%w: CQ used by %d queue pairs or SRQs", verbs.ErrBusy, n)
@@ -409,7 +409,7 @@ func (ch *CompChannel) deliver(cq *verbs.CQ) {
 	}
 }
 
-// GetEvent implements verbs.CompChannelDriver.
+// GetEvent implements driver.CompChannel.
 func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 	for {
 		ch.mu.Lock()
@@ -443,10 +443,10 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 	}
 }
 
-// Fd implements verbs.CompChannelDriver.
+// Fd implements driver.CompChannel.
 func (ch *CompChannel) Fd() int { return ch.fd.fd() }
 
-// Close implements verbs.CompChannelDriver.
+// Close implements driver.CompChannel.
 func (ch *CompChannel) Close() error {
 	if n := ch.refs.Load(); n > 0 {
 		return fmt.Errorf("%w: completion channel used by %d CQs", verbs.ErrBusy, n)

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // Config describes a device to NewDevice.
@@ -65,16 +66,16 @@ func randUint32() uint32 {
 	return binary.LittleEndian.Uint32(b[:])
 }
 
-// Name implements verbs.DeviceDriver.
+// Name implements driver.Device.
 func (d *Device) Name() string { return d.cfg.Name }
 
-// GUID implements verbs.DeviceDriver.
+// GUID implements driver.Device.
 func (d *Device) GUID() uint64 { return d.cfg.GUID }
 
-// NodeType implements verbs.DeviceDriver.
+// NodeType implements driver.Device.
 func (d *Device) NodeType() verbs.NodeType { return d.cfg.NodeType }
 
-// TransportType implements verbs.DeviceDriver.
+// TransportType implements driver.Device.
 func (d *Device) TransportType() verbs.TransportType { return d.cfg.Transport }
 
 // Attr returns the device attributes.
@@ -120,8 +121,8 @@ func (d *Device) removeQP(q *QP) {
 	d.qpmu.Unlock()
 }
 
-// Open implements verbs.DeviceDriver.
-func (d *Device) Open() (verbs.ContextDriver, error) {
+// Open implements driver.Device.
+func (d *Device) Open() (driver.Context, error) {
 	return &Context{dev: d, evwake: make(chan struct{}, 1), done: make(chan struct{})}, nil
 }
 
@@ -159,7 +160,7 @@ func (c *Context) raise(ev verbs.AsyncEvent) {
 	}
 }
 
-// AsyncEvent implements verbs.ContextDriver.
+// AsyncEvent implements driver.Context.
 func (c *Context) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	for {
 		c.evmu.Lock()
@@ -190,10 +191,10 @@ func (c *Context) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	}
 }
 
-// QueryDevice implements verbs.ContextDriver.
+// QueryDevice implements driver.Context.
 func (c *Context) QueryDevice() verbs.DeviceAttr { return c.dev.cfg.Attr }
 
-// QueryPort implements verbs.ContextDriver.
+// QueryPort implements driver.Context.
 func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, fmt.Errorf("%w: port %d (the device has port 1)", verbs.ErrInvalid, port)
@@ -201,7 +202,7 @@ func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
 	return c.dev.cfg.Port, nil
 }
 
-// QueryGID implements verbs.ContextDriver.
+// QueryGID implements driver.Context.
 func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	if port != 1 || index < 0 || index >= c.dev.cfg.Port.GIDTblLen {
 		return verbs.GID{}, fmt.Errorf("%w: port %d GID index %d", verbs.ErrInvalid, port, index)
@@ -212,8 +213,8 @@ func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	return c.dev.cfg.GID, nil
 }
 
-// AllocPD implements verbs.ContextDriver.
-func (c *Context) AllocPD(v *verbs.PD) (verbs.PDDriver, error) {
+// AllocPD implements driver.Context.
+func (c *Context) AllocPD(v *verbs.PD) (driver.PD, error) {
 	if int(c.pds.Load()) >= c.dev.cfg.Attr.MaxPD {
 		return nil, fmt.Errorf("%w: device limit of %d PDs", verbs.ErrNoMemory, c.dev.cfg.Attr.MaxPD)
 	}
@@ -221,13 +222,13 @@ func (c *Context) AllocPD(v *verbs.PD) (verbs.PDDriver, error) {
 	return &PD{v: v, ctx: c}, nil
 }
 
-// CreateCompChannel implements verbs.ContextDriver.
-func (c *Context) CreateCompChannel(v *verbs.CompChannel) (verbs.CompChannelDriver, error) {
+// CreateCompChannel implements driver.Context.
+func (c *Context) CreateCompChannel(v *verbs.CompChannel) (driver.CompChannel, error) {
 	return newCompChannel(c)
 }
 
-// CreateCQ implements verbs.ContextDriver.
-func (c *Context) CreateCQ(v *verbs.CQ, cqe int, ch verbs.CompChannelDriver) (verbs.CQDriver, error) {
+// CreateCQ implements driver.Context.
+func (c *Context) CreateCQ(v *verbs.CQ, cqe int, ch driver.CompChannel) (driver.CQ, error) {
 	if cqe > c.dev.cfg.Attr.MaxCQE {
 		return nil, fmt.Errorf("%w: cqe %d exceeds the device's %d", verbs.ErrInvalid, cqe, c.dev.cfg.Attr.MaxCQE)
 	}
@@ -246,7 +247,7 @@ func (c *Context) CreateCQ(v *verbs.CQ, cqe int, ch verbs.CompChannelDriver) (ve
 	return newCQ(c, v, cqe, ech), nil
 }
 
-// Close implements verbs.ContextDriver.
+// Close implements driver.Context.
 func (c *Context) Close() error {
 	if !c.closed.Swap(true) {
 		close(c.done)
@@ -262,7 +263,7 @@ type PD struct {
 	dead atomic.Bool
 }
 
-// Dealloc implements verbs.PDDriver.
+// Dealloc implements driver.PD.
 func (pd *PD) Dealloc() error {
 	if n := pd.refs.Load(); n > 0 {
 		return fmt.Errorf("%w: PD still has %d objects", verbs.ErrBusy, n)
@@ -274,8 +275,8 @@ func (pd *PD) Dealloc() error {
 	return nil
 }
 
-// RegMR implements verbs.PDDriver.
-func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (verbs.MRDriver, error) {
+// RegMR implements driver.PD.
+func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (driver.MR, error) {
 	if uint64(len(buf)) > pd.ctx.dev.cfg.Attr.MaxMRSize {
 		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), pd.ctx.dev.cfg.Attr.MaxMRSize)
 	}
@@ -287,8 +288,8 @@ func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFla
 	return mr, nil
 }
 
-// CreateAH implements verbs.PDDriver.
-func (pd *PD) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (verbs.AHDriver, error) {
+// CreateAH implements driver.PD.
+func (pd *PD) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (driver.AH, error) {
 	if attr.PortNum != 1 {
 		return nil, fmt.Errorf("%w: AH port %d", verbs.ErrInvalid, attr.PortNum)
 	}
@@ -303,7 +304,7 @@ type AH struct {
 	dead atomic.Bool
 }
 
-// Destroy implements verbs.AHDriver.
+// Destroy implements driver.AH.
 func (ah *AH) Destroy() error {
 	if ah.dead.Swap(true) {
 		return verbs.ErrClosed

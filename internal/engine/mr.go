@@ -75,13 +75,13 @@ func (mr *MR) revoke() {
 	}
 }
 
-// LKey implements verbs.MRDriver.
+// LKey implements driver.MR.
 func (mr *MR) LKey() uint32 { return mr.key }
 
-// RKey implements verbs.MRDriver.
+// RKey implements driver.MR.
 func (mr *MR) RKey() uint32 { return mr.key }
 
-// Dereg implements verbs.MRDriver.
+// Dereg implements driver.MR.
 func (mr *MR) Dereg() error {
 	// A region whose key a Send with Invalidate made invalid is still
 	// registered: it must still be deregistered (and release its PD).

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // WQE is a send work request in the send queue: a copy of the posted request
@@ -163,8 +164,8 @@ type QP struct {
 	rxTaken bool // rx holds a receive taken but not completed (guarded by rqMu)
 }
 
-// CreateQP implements verbs.PDDriver.
-func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
+// CreateQP implements driver.PD.
+func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
 	dev := pd.ctx.dev
 	a := dev.cfg.Attr
 	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUD {
@@ -178,7 +179,7 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, err
 	var srq *SRQ
 	if attr.SRQ != nil {
 		var ok bool
-		if srq, ok = attr.SRQ.Driver().(*SRQ); !ok {
+		if srq, ok = driver.SRQOf(attr.SRQ).(*SRQ); !ok {
 			return nil, fmt.Errorf("%w: SRQ of another provider", verbs.ErrInvalid)
 		}
 		if srq.pd != pd {
@@ -189,8 +190,8 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, err
 		return nil, fmt.Errorf("%w: receive capabilities %+v exceed the device's (max WR %d, SGE %d)",
 			verbs.ErrInvalid, c, a.MaxQPWR, a.MaxSGE)
 	}
-	scq, ok1 := attr.SendCQ.Driver().(*CQ)
-	rcq, ok2 := attr.RecvCQ.Driver().(*CQ)
+	scq, ok1 := driver.CQOf(attr.SendCQ).(*CQ)
+	rcq, ok2 := driver.CQOf(attr.RecvCQ).(*CQ)
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("%w: CQ of another provider", verbs.ErrInvalid)
 	}
@@ -228,7 +229,7 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (verbs.QPDriver, err
 	return q, nil
 }
 
-// Num implements verbs.QPDriver.
+// Num implements driver.QP.
 func (q *QP) Num() uint32 { return q.num }
 
 // Verbs returns the verbs object of the QP.
@@ -283,7 +284,7 @@ func (q *QP) Attr() verbs.QPAttr {
 	return a
 }
 
-// PostSend implements verbs.QPDriver.
+// PostSend implements driver.QP.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	var perr error
 	q.mu.Lock()
@@ -346,7 +347,7 @@ func (q *QP) checkSend(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 		if wr.AH == nil {
 			return 0, false, fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalid)
 		}
-		if ah, ok := wr.AH.Driver().(*AH); !ok || ah.pd != q.pd || ah.dead.Load() {
+		if ah, ok := driver.AHOf(wr.AH).(*AH); !ok || ah.pd != q.pd || ah.dead.Load() {
 			return 0, false, fmt.Errorf("%w: address handle of another protection domain, or destroyed", verbs.ErrInvalid)
 		}
 	}
@@ -841,7 +842,7 @@ func (q *QP) flushRecv() {
 	}
 }
 
-// PostRecv implements verbs.QPDriver. It takes only the receive-queue lock,
+// PostRecv implements driver.QP. It takes only the receive-queue lock,
 // so posting receives never waits for a transmitting sender.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 	if q.srq != nil {
@@ -990,7 +991,7 @@ func (q *QP) CompleteRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
 	q.rcq.push(wc, solicited)
 }
 
-// Modify implements verbs.QPDriver.
+// Modify implements driver.QP.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	q.mu.Lock()
 	if q.destroyed {
@@ -1125,7 +1126,7 @@ func (q *QP) reset() {
 	q.wire.Shutdown(q, false)
 }
 
-// Query implements verbs.QPDriver.
+// Query implements driver.QP.
 func (q *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -1138,7 +1139,7 @@ func (q *QP) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 	return a, ia, nil
 }
 
-// Destroy implements verbs.QPDriver.
+// Destroy implements driver.QP.
 func (q *QP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // SRQ is a shared receive queue. QPs attached to it take receives in
@@ -22,8 +23,8 @@ type SRQ struct {
 	dead     bool
 }
 
-// CreateSRQ implements verbs.PDDriver.
-func (pd *PD) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (verbs.SRQDriver, error) {
+// CreateSRQ implements driver.PD.
+func (pd *PD) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SRQ, error) {
 	a := pd.ctx.dev.cfg.Attr
 	if attr.Attr.MaxWR > a.MaxSRQWR || attr.Attr.MaxSGE > a.MaxSRQSGE {
 		return nil, fmt.Errorf("%w: SRQ of %d WRs, %d SGEs exceeds the device's %d, %d",
@@ -59,7 +60,7 @@ func (s *SRQ) detach(q *QP) {
 	s.mu.Unlock()
 }
 
-// PostRecv implements verbs.SRQDriver.
+// PostRecv implements driver.SRQ.
 func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 	var perr error
 	posted := false
@@ -110,7 +111,7 @@ func (s *SRQ) take(dst *RecvCtx) bool {
 	return true
 }
 
-// Modify implements verbs.SRQDriver.
+// Modify implements driver.SRQ.
 func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	if mask&^(verbs.SRQAttrMaxWR|verbs.SRQAttrLimit) != 0 {
 		return fmt.Errorf("%w: SRQ attribute mask %#x", verbs.ErrInvalid, uint32(mask))
@@ -129,14 +130,14 @@ func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	return nil
 }
 
-// Query implements verbs.SRQDriver.
+// Query implements driver.SRQ.
 func (s *SRQ) Query() (verbs.SRQAttr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return verbs.SRQAttr{MaxWR: s.rq.max, MaxSGE: s.maxSGE, SRQLimit: s.limit}, nil
 }
 
-// Destroy implements verbs.SRQDriver.
+// Destroy implements driver.SRQ.
 func (s *SRQ) Destroy() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // transport is the provider's connection manager, registered with package
@@ -36,7 +37,7 @@ func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Param
 
 // engineQP returns the engine QP of a verbs QP of this provider.
 func engineQP(qp *verbs.QP) (*engine.QP, error) {
-	q, ok := qp.Driver().(*engine.QP)
+	q, ok := driver.QPOf(qp).(*engine.QP)
 	if !ok || q.Device() != dev {
 		return nil, fmt.Errorf("%w: QP is not on device %s", verbs.ErrInvalid, DeviceName)
 	}

@@ -5,11 +5,12 @@ import (
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // DebugState describes a QP's connection state (for tests).
 func DebugState(qp *verbs.QP) string {
-	q := qp.Driver().(*engine.QP)
+	q := driver.QPOf(qp).(*engine.QP)
 	c, ok := q.Wire().(*conn)
 	if !ok {
 		return "no connection"

@@ -102,6 +102,7 @@ import (
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // DeviceName is the name of the iWARP device.
@@ -180,9 +181,9 @@ var dev = engine.NewDevice(engine.Config{
 
 type provider struct{}
 
-func (provider) Devices() []verbs.DeviceDriver { return []verbs.DeviceDriver{dev} }
+func (provider) Devices() []driver.Device { return []driver.Device{dev} }
 
 func init() {
-	verbs.RegisterProvider("iwarp", provider{})
+	driver.Register("iwarp", provider{})
 	cm.Register(transport{})
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // DeviceName is the name of the loop device registered at init.
@@ -43,10 +44,10 @@ const MaxInline = 4096
 
 type provider struct{}
 
-func (provider) Devices() []verbs.DeviceDriver {
+func (provider) Devices() []driver.Device {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	out := make([]verbs.DeviceDriver, len(fab.devs))
+	out := make([]driver.Device, len(fab.devs))
 	for i, d := range fab.devs {
 		out[i] = d
 	}
@@ -61,7 +62,7 @@ var fab struct {
 
 func init() {
 	AddDevice(DeviceName)
-	verbs.RegisterProvider("loop", provider{})
+	driver.Register("loop", provider{})
 }
 
 // AddDevice adds another loop device (to model two hosts, say) and returns
@@ -389,7 +390,7 @@ const GRHLen = 40
 
 func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
 	wr := &wqe.WR
-	ah := wr.AH.Driver().(*engine.AH)
+	ah := driver.AHOf(wr.AH).(*engine.AH)
 	if int(wqe.Len) > q.Device().Port().ActiveMTU.Bytes() { // a datagram is one packet
 		return engine.Fail(verbs.WCLocLenErr)
 	}

@@ -114,6 +114,7 @@ import (
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // DirectAccess lets peers map our regions that lie in AllocBuffers (the
@@ -182,9 +183,9 @@ func gidOf(guid uint64) verbs.GID {
 
 type provider struct{}
 
-func (provider) Devices() []verbs.DeviceDriver { return []verbs.DeviceDriver{dev} }
+func (provider) Devices() []driver.Device { return []driver.Device{dev} }
 
 func init() {
-	verbs.RegisterProvider("shm", provider{})
+	driver.Register("shm", provider{})
 	cm.Register(transport{})
 }
