@@ -39,9 +39,10 @@ type CQ struct {
 	refs      atomic.Int32 // QPs and SRQs using the CQ
 	destroyed atomic.Bool
 
-	// pollers drive providers in polled mode: Poll calls them when the ring
-	// is empty (copy-on-write; read with one atomic load).
-	pollers    atomic.Pointer[[]Poller]
+	// pollers are the transports of the CQ's QPs that polled mode drives:
+	// Poll calls them when the ring is empty (copy-on-write; read with one
+	// atomic load).
+	pollers    atomic.Pointer[[]*progress]
 	pmu        sync.Mutex
 	emptyPolls atomic.Uint64
 	lastYield  atomic.Int64 // since yieldEpoch
@@ -53,57 +54,19 @@ const yieldGap = 50 * time.Microsecond
 
 var yieldEpoch = time.Now()
 
-// Poller is a provider's side of polled mode. PollProgress moves whatever
-// the transport has ready into the engine without blocking; it is called
-// by Poll when the CQ is empty. PollStop says the application is about to
-// block (Wait, ReqNotify), so the provider must make progress on its own.
-type Poller interface {
-	// PollProgress may hand completions for cq straight to the poll that
-	// called it, in wc (which may be empty), and returns how many it put
-	// there: see Handoff. cq is nil when no poll waits for them (Wait's
-	// spin).
-	PollProgress(cq *CQ, wc []verbs.WC) int
-	PollStop()
-}
-
-// Handoff is the output array of a Poll that found its CQ empty, lent by
-// the poller it drives to the deliveries it makes (QP.DeliverRecv): a
-// receive completion for that CQ made while the CQ holds nothing, nobody
-// armed it and nobody waits goes there, instead of through the ring and
-// back out (a compare-and-swap and a fenced store to push, another
-// compare-and-swap to pop). It lives on the poller's stack.
-type Handoff struct {
-	CQ *CQ
-	WC []verbs.WC
-	N  int
-}
-
-// take returns the next free entry of the hand-off for a completion of cq,
-// or nil when the completion must go through the ring: another CQ's, no
-// room, or a CQ that holds completions (they come first), that someone
-// armed or waits on (they must be told), or that overflowed.
-func (ho *Handoff) take(cq *CQ) *verbs.WC {
-	if ho == nil || ho.CQ != cq || ho.N == len(ho.WC) || cq.tail.Load() != cq.head.Load() ||
-		cq.armed.Load() != armNone || cq.waiters.Load() != 0 || cq.overflow.Load() {
-		return nil
-	}
-	ho.N++
-	return &ho.WC[ho.N-1]
-}
-
 func (cq *CQ) pollStop() {
 	if ps := cq.pollers.Load(); ps != nil {
 		for _, p := range *ps {
-			p.PollStop()
+			p.stop()
 		}
 	}
 }
 
-// AddPoller makes Poll call p when the CQ is empty.
-func (cq *CQ) AddPoller(p Poller) {
+// addPoller makes Poll drive p when the CQ is empty.
+func (cq *CQ) addPoller(p *progress) {
 	cq.pmu.Lock()
 	defer cq.pmu.Unlock()
-	var n []Poller
+	var n []*progress
 	if old := cq.pollers.Load(); old != nil {
 		n = append(n, *old...)
 	}
@@ -111,15 +74,15 @@ func (cq *CQ) AddPoller(p Poller) {
 	cq.pollers.Store(&n)
 }
 
-// RemovePoller undoes AddPoller.
-func (cq *CQ) RemovePoller(p Poller) {
+// removePoller undoes addPoller.
+func (cq *CQ) removePoller(p *progress) {
 	cq.pmu.Lock()
 	defer cq.pmu.Unlock()
 	old := cq.pollers.Load()
 	if old == nil {
 		return
 	}
-	var n []Poller
+	var n []*progress
 	for _, x := range *old {
 		if x != p {
 			n = append(n, x)
@@ -225,7 +188,7 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	}
 	n := 0
 	for _, p := range *ps {
-		n += p.PollProgress(cq, wc[n:])
+		n += p.poll(cq, wc[n:])
 	}
 	if n < len(wc) && (!cq.empty() || cq.overflow.Load()) {
 		m, err := cq.poll(wc[n:])
@@ -282,10 +245,10 @@ func (cq *CQ) empty() bool {
 	return cq.ring[pos&cq.mask].seq.Load() != pos+1
 }
 
-// Armed reports whether ReqNotify armed the CQ and no event fired since: the
-// application is about to block on its channel, so a provider's polled mode
-// must not rely on it polling again.
-func (cq *CQ) Armed() bool { return cq.armed.Load() != armNone }
+// isArmed reports whether ReqNotify armed the CQ and no event fired since:
+// the application is about to block on its channel, so polled mode must not
+// rely on it polling again.
+func (cq *CQ) isArmed() bool { return cq.armed.Load() != armNone }
 
 // ReqNotify implements driver.CQ.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
@@ -302,22 +265,16 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// WaitSpin is how long Wait keeps polling (driving the providers' polled
-// mode) before it blocks: a completion due within microseconds is then
-// taken without the system calls of a wake-up, and an idle CQ still costs
-// no CPU.
-var WaitSpin = 20 * time.Microsecond
-
 // Wait implements driver.CQ: a bounded spin, then a blocking wait.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && WaitSpin > 0 {
-		deadline := time.Now().Add(WaitSpin)
+	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && cq.ctx.dev.cfg.WaitSpin > 0 {
+		deadline := time.Now().Add(cq.ctx.dev.cfg.WaitSpin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
 			}
 			for _, p := range *ps {
-				p.PollProgress(nil, nil)
+				p.poll(nil, nil)
 			}
 			if i%16 == 0 {
 				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {

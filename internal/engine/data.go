@@ -6,11 +6,8 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// Payload appends to dst the memory holding w's outgoing data (its inline
-// copy, or its SGEs resolved through the region table) and returns it. A
-// wrong key, a region of another PD or an SGE outside its region gives
-// WCLocProtErr.
-func (q *QP) Payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
+// payload is Requester.Payload.
+func (q *QP) payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 	if w.WR.Inline != nil {
 		if len(w.WR.Inline) > 0 {
 			dst = append(dst, w.WR.Inline)
@@ -18,18 +15,6 @@ func (q *QP) Payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 		return dst, verbs.WCSuccess
 	}
 	return q.segments(nil, w.WR.SGList, dst, 0)
-}
-
-// Sink appends to dst the local memory an RDMA read or an atomic writes
-// into; it needs local write access (WCLocProtErr otherwise).
-func (q *QP) Sink(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
-	return q.segments(nil, w.WR.SGList, dst, verbs.AccessLocalWrite)
-}
-
-// RecvSegments appends to dst the memory of the receive buffers in rc; it
-// needs local write access (WCLocProtErr otherwise).
-func (q *QP) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCStatus) {
-	return q.segments(nil, rc.SGE, dst, verbs.AccessLocalWrite)
 }
 
 // segments resolves sgl into dst, through cache when the caller owns one
@@ -48,13 +33,8 @@ func (q *QP) segments(cache **MR, sgl []verbs.SGE, dst [][]byte, need verbs.Acce
 	return dst, verbs.WCSuccess
 }
 
-// ResolveRemote checks an incoming access of n bytes at addr through rkey on
-// this QP, the responder: the region must exist, belong to the QP's PD and
-// grant need (AccessRemoteWrite, AccessRemoteRead or AccessRemoteAtomic), the
-// QP itself must allow that access (its QPAccessFlags), and the range must
-// lie inside the region. A zero-length access is always allowed, as in
-// verbs: it names no memory.
-func (q *QP) ResolveRemote(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, Fault) {
+// resolveRemote is Responder.Resolve.
+func (q *QP) resolveRemote(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, Fault) {
 	if n == 0 {
 		return nil, FaultNone
 	}
@@ -65,33 +45,12 @@ func (q *QP) ResolveRemote(rkey uint32, addr uint64, n uint32, need verbs.Access
 	return b, f
 }
 
-// LookupRemote returns the valid region that rkey names, if it belongs to
-// the QP's PD, for a provider that gives the peer direct access to it; the
-// access, bounds and QP checks are then the provider's to make.
-func (q *QP) LookupRemote(rkey uint32) (*MR, Fault) {
-	mr := q.dev.mrs.lookup(rkey)
-	if mr == nil {
-		return nil, FaultKey
-	}
-	if mr.pd != q.pd {
-		return nil, FaultPD
-	}
-	return mr, FaultNone
-}
-
-// Access returns the QP's access flags (IBV_QP_ACCESS_FLAGS).
-func (q *QP) Access() verbs.AccessFlags { return verbs.AccessFlags(q.aaccess.Load()) }
-
-// Atomic executes an incoming atomic operation on this QP, the responder,
-// and returns the value the target held before. The target needs remote
-// atomic access and 8-byte alignment (FaultAlign). The 64-bit value is in the
-// target host's byte order; the operation is atomic with respect to other
-// atomics of any QP and to the CPU (sync/atomic).
-func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swap uint64) (uint64, Fault) {
+// atomic is Responder.Atomic.
+func (q *QP) atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swap uint64) (uint64, Fault) {
 	if addr%8 != 0 {
 		return 0, FaultAlign
 	}
-	b, f := q.ResolveRemote(rkey, addr, 8, verbs.AccessRemoteAtomic)
+	b, f := q.resolveRemote(rkey, addr, 8, verbs.AccessRemoteAtomic)
 	if f != FaultNone {
 		return 0, f
 	}
@@ -102,18 +61,8 @@ func (q *QP) Atomic(rkey uint32, addr uint64, op verbs.WROpcode, compareAdd, swa
 	return old, FaultNone
 }
 
-// Flush executes an incoming FLUSH of n bytes at addr on this QP, the
-// responder. The region must grant AccessFlushGlobal for FlushGlobal or
-// AccessFlushPersistent for FlushPersistent, and hold the range. Data placed
-// by earlier requests of the connection is already in the region's memory
-// (the wire places requests in order), so it is visible to this host's CPU
-// when Flush returns; for FlushPersistent the range is also written back to
-// the file that backs the memory, if any (msync with MS_SYNC), before Flush
-// returns. FaultPersist reports a failed write-back. A zero-length flush
-// names no memory and succeeds. Only the region's rights are checked, not
-// the QP's access flags (connection managers set remote read, write and
-// atomic on their QPs, and flush rights exist only on regions).
-func (q *QP) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Fault {
+// flush is Responder.Flush.
+func (q *QP) flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Fault {
 	need := verbs.AccessFlushGlobal
 	if typ == verbs.FlushPersistent {
 		need = verbs.AccessFlushPersistent
@@ -136,14 +85,12 @@ func (q *QP) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Faul
 	return FaultNone
 }
 
-// AtomicWrite executes an incoming ATOMIC_WRITE on this QP, the responder:
-// the 8 bytes of v are stored at addr with one atomic store. The target
-// needs remote write access (as RDMA Write) and 8-byte alignment (FaultAlign).
-func (q *QP) AtomicWrite(rkey uint32, addr uint64, v [8]byte) Fault {
+// atomicWrite is Responder.AtomicWrite.
+func (q *QP) atomicWrite(rkey uint32, addr uint64, v [8]byte) Fault {
 	if addr%8 != 0 {
 		return FaultAlign
 	}
-	b, f := q.ResolveRemote(rkey, addr, 8, verbs.AccessRemoteWrite)
+	b, f := q.resolveRemote(rkey, addr, 8, verbs.AccessRemoteWrite)
 	if f != FaultNone {
 		return f
 	}
@@ -155,9 +102,8 @@ func (q *QP) AtomicWrite(rkey uint32, addr uint64, v [8]byte) Fault {
 	return FaultNone
 }
 
-// Invalidate carries out a Send with Invalidate's request on this QP, the
-// responder: the region named by rkey, of the QP's PD, stops working.
-func (q *QP) Invalidate(rkey uint32) Fault {
+// invalidate is Responder.Invalidate.
+func (q *QP) invalidate(rkey uint32) Fault {
 	mr := q.dev.mrs.lookup(rkey)
 	if mr == nil {
 		return FaultKey

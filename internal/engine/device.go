@@ -1,12 +1,3 @@
-// Package engine is the software RDMA engine that goverbs' pure-Go providers
-// share. It implements the verbs driver interface completely: protection
-// domains, the memory-region table with its key, access and bounds checks,
-// completion queues and channels, queue pairs with their state machine, send
-// and receive queues, shared receive queues, ordering, fencing, IRD/ORD
-// accounting, flushing and asynchronous events. A provider adds only the
-// wire: an implementation of Wire that carries each work request to the peer
-// and, on the receiving side, calls the placement methods of QP (TakeRecv,
-// RecvSegments, CompleteRecv, ResolveRemote, Atomic) that do every check.
 package engine
 
 import (
@@ -16,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -30,10 +22,23 @@ type Config struct {
 	Attr      verbs.DeviceAttr // limits enforced by the engine
 	Port      verbs.PortAttr   // the single port
 	GID       verbs.GID        // GID index 0 of the port
-	// NewWire returns the wire of a new QP. It may return nil when the
-	// provider attaches one later with QP.SetWire (a connection manager does).
-	NewWire func(q *QP) Wire
+	// NewTransport returns the transport of a new QP, for a device whose
+	// QPs the application connects with Modify (loop). Nil for a device
+	// whose QPs a connection manager connects (Endpoint.Establish).
+	NewTransport func(e Endpoint) Transport
+	// CMOnly is the error an application's Modify to RTR, or to RTS from
+	// INIT or RTR, returns on a device without NewTransport: its QPs are
+	// connected by the connection manager, not by Modify.
+	CMOnly error
+	// WaitSpin is how long CQ.Wait polls (driving polled mode) before it
+	// blocks: a completion due within microseconds is then taken without
+	// the system calls of a wake-up, and an idle CQ still costs no CPU.
+	// Zero means DefaultWaitSpin; negative, no spin.
+	WaitSpin time.Duration
 }
+
+// DefaultWaitSpin is Config.WaitSpin's default.
+const DefaultWaitSpin = 20 * time.Microsecond
 
 // Device is a software device. Its region table and QP numbers are shared by
 // every context opened on it, as on a real adapter.
@@ -53,6 +58,9 @@ func NewDevice(cfg Config) *Device {
 	d.cfg.Attr.NodeType = cfg.NodeType
 	d.cfg.Attr.TransportType = cfg.Transport
 	d.cfg.Attr.PhysPortCnt = 1
+	if d.cfg.WaitSpin == 0 {
+		d.cfg.WaitSpin = DefaultWaitSpin
+	}
 	d.qpn = (randUint32() % 0xFF0000) + 0x100 // QP numbers start at a random point, as on hardware
 	d.mrs.init()
 	return d
@@ -87,12 +95,13 @@ func (d *Device) Port() verbs.PortAttr { return d.cfg.Port }
 // GIDOf returns the port's GID.
 func (d *Device) GIDOf() verbs.GID { return d.cfg.GID }
 
-// LookupQP returns the live QP with number n, or nil.
-func (d *Device) LookupQP(n uint32) *QP {
+// LookupQP returns the live QP with number n, for a transport that reaches
+// its peers by number (loop).
+func (d *Device) LookupQP(n uint32) (Endpoint, bool) {
 	d.qpmu.RLock()
 	q := d.qps[n]
 	d.qpmu.RUnlock()
-	return q
+	return Endpoint{q}, q != nil
 }
 
 func (d *Device) addQP(q *QP) error {
@@ -311,4 +320,10 @@ func (ah *AH) Destroy() error {
 	}
 	ah.pd.refs.Add(-1)
 	return nil
+}
+
+// ahOf returns the engine's address handle behind v.
+func ahOf(v *verbs.AH) (*AH, bool) {
+	a, ok := driver.AHOf(v).(*AH)
+	return a, ok
 }

@@ -118,6 +118,197 @@ func (q *QP) checkModify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	return nil
 }
 
+// Modify implements driver.QP.
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	from := q.state
+	if err := q.checkModify(attr, mask); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	to := from
+	if mask&verbs.QPAttrState != 0 {
+		to = attr.QPState
+	}
+	if err := q.cmOnly(from, to); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	t := q.t
+	q.mu.Unlock()
+
+	if err := t.Modify(attr, mask, from, to); err != nil {
+		return err
+	}
+
+	q.mu.Lock()
+	if q.state != from && to != verbs.QPSErr && to != verbs.QPSReset {
+		// The QP changed state (an error) while the transport prepared the transition.
+		now := q.state
+		q.mu.Unlock()
+		return fmt.Errorf("%w: QP moved from %v to %v during modify", verbs.ErrInvalidState, from, now)
+	}
+	q.applyAttr(attr, mask)
+	switch to {
+	case verbs.QPSReset:
+		q.reset()
+	case verbs.QPSErr:
+		if q.state != verbs.QPSErr {
+			q.enterErr()
+		}
+	case verbs.QPSSQD:
+		if from != verbs.QPSSQD {
+			q.setState(to)
+			q.draining = true
+			q.attr.SQDraining = true
+			q.retire() // reports "drained" at once when nothing has begun and is not finished
+		}
+	default:
+		q.setState(to)
+	}
+	q.mu.Unlock()
+	if to == verbs.QPSRTS {
+		q.progress()
+	}
+	return nil
+}
+
+func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
+	t := &q.attr
+	if m&verbs.QPAttrEnSQDAsyncNotify != 0 {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if m&verbs.QPAttrAccessFlags != 0 {
+		t.QPAccessFlags = a.QPAccessFlags
+		q.aaccess.Store(uint32(a.QPAccessFlags))
+	}
+	if m&verbs.QPAttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if m&verbs.QPAttrPort != 0 {
+		t.PortNum = a.PortNum
+	}
+	if m&verbs.QPAttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if m&verbs.QPAttrAV != 0 {
+		t.AHAttr = a.AHAttr
+	}
+	if m&verbs.QPAttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if m&verbs.QPAttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if m&verbs.QPAttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if m&verbs.QPAttrRnrRetry != 0 {
+		t.RnrRetry = a.RnrRetry
+	}
+	if m&verbs.QPAttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN
+	}
+	if m&verbs.QPAttrMaxQPRdAtomic != 0 {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if m&verbs.QPAttrAltPath != 0 {
+		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
+	}
+	if m&verbs.QPAttrMinRnrTimer != 0 {
+		t.MinRnrTimer = a.MinRnrTimer
+	}
+	if m&verbs.QPAttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN
+	}
+	if m&verbs.QPAttrMaxDestRdAtomic != 0 {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+		q.aird.Store(uint32(a.MaxDestRdAtomic))
+	}
+	if m&verbs.QPAttrDestQPN != 0 {
+		t.DestQPNum = a.DestQPNum
+		q.adest.Store(a.DestQPNum)
+	}
+}
+
+// reset discards all work without completions; q.mu is held.
+func (q *QP) reset() {
+	q.setState(verbs.QPSReset)
+	q.stalled.Store(false)
+	q.draining = false
+	q.rdOut = 0
+	for i := q.sq.head; i != q.sq.tail; i++ {
+		w := &q.sq.ring[i&q.sq.mask]
+		w.state, w.Data = wqeDone, nil
+	}
+	q.sq.head, q.sq.next, q.sq.sent = q.sq.tail, q.sq.tail, q.sq.tail
+	q.rqMu.Lock()
+	q.rq.head = q.rq.tail
+	q.rxTaken = false
+	q.rqMu.Unlock()
+	q.attr = verbs.QPAttr{}
+	q.adest.Store(0)
+	q.aaccess.Store(0)
+	q.aird.Store(0)
+	q.t.Shutdown(false)
+	q.detach()
+}
+
+// fail moves the QP to ERR (Endpoint.Fail, Endpoint.Fatal).
+func (q *QP) fail(ev *verbs.EventType) {
+	q.mu.Lock()
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset || q.destroyed {
+		q.mu.Unlock()
+		return
+	}
+	q.enterErr()
+	q.mu.Unlock()
+	if ev != nil {
+		q.ctx.raise(verbs.AsyncEvent{Type: *ev, QP: q.v})
+	}
+}
+
+// enterErr moves the QP to ERR: every request not being transmitted now
+// completes with WR_FLUSH_ERR, and so does every posted receive; q.mu is held.
+func (q *QP) enterErr() {
+	q.rqMu.Lock()
+	q.setState(verbs.QPSErr) // under rqMu too, so that PostRecv sees ERR or gets flushed here
+	if q.rxTaken {
+		// A message was being received into it: it is the oldest receive.
+		q.rxTaken = false
+		wc := verbs.WC{WRID: q.rx.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.rcq.push(&wc, false)
+	}
+	if q.srq == nil {
+		q.flushRecv()
+	}
+	q.rqMu.Unlock()
+	q.stalled.Store(false)
+	q.draining = false
+	for i := q.sq.head; i != q.sq.tail; i++ {
+		w := &q.sq.ring[i&q.sq.mask]
+		switch w.state {
+		case wqeQueued, wqePending:
+			w.state, w.status = wqeDone, verbs.WCWRFlushErr
+			if w.rdAtomic {
+				w.rdAtomic = false
+				q.rdOut--
+			}
+		}
+	}
+	q.sq.next = q.sq.tail
+	q.retire()
+	if q.srq != nil {
+		q.ctx.raise(verbs.AsyncEvent{Type: verbs.EventQPLastWQEReached, QP: q.v})
+	}
+	q.t.Shutdown(false)
+	q.detach()
+}
+
 // rnrMicros is the IBA table of min_rnr_timer codes, in microseconds.
 var rnrMicros = [32]int{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
 	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}

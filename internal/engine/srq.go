@@ -82,7 +82,7 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 	s.mu.Unlock()
 	if posted {
 		for _, q := range *s.attached.Load() {
-			q.wire.RecvPosted(q)
+			q.t.RecvPosted()
 		}
 	}
 	return perr

@@ -14,7 +14,6 @@ import (
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
-	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // transport is the provider's connection manager, registered with package
@@ -33,18 +32,6 @@ func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Param
 		return nil, err
 	}
 	return c, nil
-}
-
-// engineQP returns the engine QP of a verbs QP of this provider.
-func engineQP(qp *verbs.QP) (*engine.QP, error) {
-	q, ok := driver.QPOf(qp).(*engine.QP)
-	if !ok || q.Device() != dev {
-		return nil, fmt.Errorf("%w: QP is not on device %s", verbs.ErrInvalid, DeviceName)
-	}
-	if q.Type() != verbs.QPTRC {
-		return nil, fmt.Errorf("%w: iWARP connects RC QPs only", verbs.ErrInvalid)
-	}
-	return q, nil
 }
 
 func clampIRDORD(v int) int {
@@ -110,16 +97,13 @@ func (x *Conn) Disconnect() error {
 // answer within DefaultConfig.ConnectTimeout or ctx's deadline is
 // cm.ErrUnreachable.
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, error) {
-	q, err := engineQP(qp)
+	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
 	}
 	cfg := DefaultConfig
 	if len(p.PrivateData) > wire.SiwMaxULPPrivate {
 		return nil, fmt.Errorf("%w: %d bytes of private data (at most %d)", verbs.ErrInvalid, len(p.PrivateData), wire.SiwMaxULPPrivate)
-	}
-	if st := q.State(); st != verbs.QPSReset && st != verbs.QPSInit {
-		return nil, fmt.Errorf("%w: QP in %v", verbs.ErrInvalidState, st)
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
@@ -179,29 +163,30 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	}
 	_ = raw
 	nc.SetDeadline(time.Time{})
-	c := newConn(q, nc, n, ext, false, append([]byte(nil), reply.Private...), cfg)
-	if err := establish(q, c, n); err != nil {
+	c := newConn(ep, nc, n, ext, false, append([]byte(nil), reply.Private...), cfg)
+	if err := establish(ep, c, n); err != nil {
 		return fail(err)
 	}
 	return &Conn{c}, nil
 }
 
-func establish(q *engine.QP, c *conn, n wire.Negotiated) error {
-	if !c.ext {
-		q.Restrict(verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd,
-			verbs.WRFlush, verbs.WRAtomicWrite)
-	} else {
-		q.Restrict()
-	}
-	if q.State() == verbs.QPSReset {
+// extOps are the operations only a peer with the RFC 7306 extensions (a
+// goverbs peer) executes.
+var extOps = []verbs.WROpcode{verbs.WRSendWithImm, verbs.WRRDMAWriteWithImm, verbs.WRAtomicCmpAndSwp,
+	verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite}
+
+func establish(ep engine.Endpoint, c *conn, n wire.Negotiated) error {
+	p := engine.ConnParams{IRD: uint8(n.IRD), ORD: uint8(n.ORD),
 		// rdma_cm's defaults for a connected QP (rdma_init_qp_attr):
 		// remote access is governed by the memory regions.
-		q.Ready(verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	if !c.ext {
+		p.Deny = extOps
 	}
 	if err := c.start(); err != nil {
 		return err
 	}
-	if err := q.Establish(c, uint8(n.IRD), uint8(n.ORD)); err != nil {
+	if err := ep.Establish(c, p); err != nil {
 		c.close(err, nil)
 		<-c.done
 		return err
@@ -371,7 +356,7 @@ func (r *Request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 
 // AcceptConn is Accept returning the concrete type.
 func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
-	q, err := engineQP(qp)
+	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
 	}
@@ -406,8 +391,8 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 		return nil, fmt.Errorf("iwarp: sending the MPA Reply: %w", err)
 	}
 	r.nc.SetWriteDeadline(time.Time{})
-	c := newConn(q, r.nc, n, ext, true, r.pdata, cfg)
-	if err := establish(q, c, n); err != nil {
+	c := newConn(ep, r.nc, n, ext, true, r.pdata, cfg)
+	if err := establish(ep, c, n); err != nil {
 		return nil, err
 	}
 	return &Conn{c}, nil

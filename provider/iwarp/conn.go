@@ -91,7 +91,9 @@ type resp struct {
 
 // conn is a connected QP's wire: its TCP connection and the DDP/RDMAP state.
 type conn struct {
-	q       *engine.QP
+	ep      engine.Endpoint
+	req     engine.Requester
+	resp    engine.Responder
 	nc      net.Conn
 	crc     bool
 	ext     bool
@@ -130,10 +132,8 @@ type conn struct {
 	raw          syscall.RawConn
 	pollFn       func(fd uintptr)
 	pollErr      error
-	needProgress atomic.Bool  // the transmit goroutine should call QP.Progress
-	lastPoll     atomic.Int64 // nowNanos of the last PollProgress of a polling loop; 0 after PollStop
-	lastPollAny  atomic.Int64 // nowNanos of the last PollProgress that read the clock
-	polls        atomic.Uint32
+	needProgress atomic.Bool // the transmit goroutine should call Requester.Transmit
+	polled       atomic.Bool // the application polls (engine.Progressor.Polled)
 	rxWake       chan struct{}
 	rxAny        atomic.Bool // an FPDU has arrived
 	nudgeArmed   atomic.Bool // the start-up nudge is scheduled (see sent)
@@ -148,8 +148,6 @@ type conn struct {
 	respBufs [][]byte
 	respN    int
 	respFn   func(fd uintptr)
-	idle     *time.Timer // the receive goroutine's, while the application polls
-	scq, rcq *engine.CQ
 
 	// lifetime
 	once   sync.Once
@@ -165,9 +163,9 @@ type conn struct {
 	estabDone atomic.Bool
 }
 
-func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
+func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
 	c := &conn{
-		q: q, nc: nc, crc: n.CRC, ext: ext, passive: passive, ird: n.IRD, ord: n.ORD, pdata: pdata,
+		ep: ep, req: ep.Requester(), resp: ep.Responder(), nc: nc, crc: n.CRC, ext: ext, passive: passive, ird: n.IRD, ord: n.ORD, pdata: pdata,
 		txWake: make(chan struct{}, 1), dying: make(chan struct{}), done: make(chan struct{}), rxDone: make(chan struct{}),
 		estab: make(chan struct{}),
 	}
@@ -187,15 +185,13 @@ func newConn(q *engine.QP, nc net.Conn, n wire.Negotiated, ext, passive bool, pd
 	c.respFn = c.respWrite
 	c.writeFn = c.writeOut
 	c.rxWake = make(chan struct{}, 1)
-	c.idle = time.NewTimer(time.Hour)
-	c.idle.Stop()
 	for i := range c.rx.msn {
 		c.rx.msn[i] = 1
 	}
 	return c
 }
 
-// start runs the connection's goroutines and joins its CQs' polled mode.
+// start runs the connection's goroutines.
 func (c *conn) start() error {
 	sc, ok := c.nc.(syscall.Conn)
 	if !ok {
@@ -206,11 +202,6 @@ func (c *conn) start() error {
 		return err
 	}
 	c.raw = raw
-	c.scq, c.rcq = c.q.CQs()
-	c.scq.AddPoller(c)
-	if c.rcq != c.scq {
-		c.rcq.AddPoller(c)
-	}
 	if !c.rxSeen.Load() {
 		// MPA's start-up rule makes the responder wait for the initiator's
 		// first FPDU; siw needs it only until it has read the MPA Reply (it
@@ -234,20 +225,17 @@ func (c *conn) payloadMax(hdrLen int) int {
 	return wire.MaxPayload(c.maxFPDU, hdrLen)
 }
 
-// Modify implements engine.Wire.
-func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if to == verbs.QPSRTR || (to == verbs.QPSRTS && from != verbs.QPSRTS && from != verbs.QPSSQD) {
-		return errCMOnly
-	}
+// Modify implements engine.Transport: nothing to change on the wire.
+func (c *conn) Modify(*verbs.QPAttr, verbs.QPAttrMask, verbs.QPState, verbs.QPState) error {
 	return nil
 }
 
-// RecvPosted implements engine.Wire: iWARP has no RNR, nothing waits.
-func (c *conn) RecvPosted(*engine.QP) {}
+// RecvPosted implements engine.Transport: iWARP has no RNR, nothing waits.
+func (c *conn) RecvPosted() {}
 
-// Shutdown implements engine.Wire: the QP left RTS (error, reset, destroy).
-// It runs with the QP locked, so it only starts the teardown.
-func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
+// Shutdown implements engine.Transport: the QP left RTS (error, reset,
+// destroy). It runs with the QP locked, so it only starts the teardown.
+func (c *conn) Shutdown(destroyed bool) {
 	c.close(ErrLocalDisconnect, nil)
 }
 
@@ -269,9 +257,9 @@ func (c *conn) close(err error, term []byte) {
 func (c *conn) fail(err error, term []byte, ev *verbs.EventType) {
 	c.close(err, term)
 	if ev != nil {
-		c.q.Fatal(*ev)
+		c.ep.Fatal(*ev)
 	} else {
-		c.q.SetError()
+		c.ep.Fail()
 	}
 }
 
@@ -301,8 +289,8 @@ func (c *conn) txLoop() {
 				c.txMu.Unlock()
 			}
 			if c.needProgress.Swap(false) {
-				c.q.Kick() // a send queue stalled on the MPA start-up rule
-				c.q.Progress()
+				c.req.Resume() // a send queue stalled on the MPA start-up rule
+				c.req.Transmit()
 			}
 			if err := c.sendResponses(); err != nil {
 				c.fail(fmt.Errorf("iwarp: send: %w", err), nil, nil)
@@ -323,8 +311,6 @@ func (c *conn) txLoop() {
 			}
 			c.nc.Close()
 			<-c.rxDone
-			c.scq.RemovePoller(c)
-			c.rcq.RemovePoller(c)
 			return
 		}
 	}
@@ -475,8 +461,8 @@ func (c *conn) nextMSN(qn int) uint32 {
 	return m
 }
 
-// Transmit implements engine.Wire: it sends w's message(s) on the stream.
-func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
+// Send implements engine.Transport: it sends w's message(s) on the stream.
+func (c *conn) Send(w *engine.WQE) engine.Result {
 	select {
 	case <-c.dying:
 		return engine.Fail(verbs.WCWRFlushErr)
@@ -497,7 +483,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 	var err error
 	switch wr.Opcode {
 	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRSendWithImm:
-		if segs, st = c.payload(q, w); st != verbs.WCSuccess {
+		if segs, st = c.payload(w); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 		se := wr.Flags&verbs.SendSolicited != 0
@@ -522,7 +508,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 		}
 		err = c.sendUntagged(op, inv, segs, int(w.Len))
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		if segs, st = c.payload(q, w); st != verbs.WCSuccess {
+		if segs, st = c.payload(w); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 		err = c.sendTagged(wire.OpWrite, wr.RKey, wr.RemoteAddr, segs, int(w.Len))
@@ -530,7 +516,7 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 			err = c.sendImmediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0)
 		}
 	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
-		return c.sendRequest(q, w)
+		return c.sendRequest(w)
 	default:
 		return engine.Fail(verbs.WCLocQPOpErr)
 	}
@@ -543,15 +529,15 @@ func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
 
 // payload resolves w's outgoing data into c.segScratch (reused, so that the
 // data path does not allocate). c.txMu is held.
-func (c *conn) payload(q *engine.QP, w *engine.WQE) ([][]byte, verbs.WCStatus) {
-	segs, st := q.Payload(w, c.segScratch[:0])
+func (c *conn) payload(w *engine.WQE) ([][]byte, verbs.WCStatus) {
+	segs, st := c.req.Payload(w, c.segScratch[:0])
 	c.segScratch = segs
 	return segs, st
 }
 
 // sendRequest sends an RDMA Read Request or an Atomic Request and records it
 // in the ORQ; the response completes it. c.txMu is held.
-func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
+func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 	wr := &w.WR
 	var sink [][]byte
 	var st verbs.WCStatus
@@ -561,7 +547,7 @@ func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 		f = wire.AtomicRequestFields{Op: wire.FlushGoverbs, STag: wr.RKey, TO: wr.RemoteAddr,
 			AddSwap: uint64(wr.FlushLen), Compare: uint64(wr.FlushType)}
 	case verbs.WRAtomicWrite:
-		src, st := c.payload(q, w)
+		src, st := c.payload(w)
 		if st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
@@ -573,7 +559,7 @@ func (c *conn) sendRequest(q *engine.QP, w *engine.WQE) engine.Result {
 		f = wire.AtomicRequestFields{Op: wire.AtomicWriteGoverbs, STag: wr.RKey, TO: wr.RemoteAddr,
 			AddSwap: binary.BigEndian.Uint64(v[:]), AddSwapMask: ^uint64(0)}
 	default:
-		if sink, st = q.Sink(w, nil); st != verbs.WCSuccess {
+		if sink, st = c.req.Sink(w, nil); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 	}

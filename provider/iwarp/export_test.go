@@ -5,13 +5,12 @@ import (
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
-	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // DebugState describes a QP's connection state (for tests).
 func DebugState(qp *verbs.QP) string {
-	q := driver.QPOf(qp).(*engine.QP)
-	c, ok := q.Wire().(*conn)
+	ep, _ := engine.Lookup(qp, dev)
+	c, ok := ep.Transport().(*conn)
 	if !ok {
 		return "no connection"
 	}
@@ -25,5 +24,5 @@ func DebugState(qp *verbs.QP) string {
 	c.irqMu.Lock()
 	nirq := len(c.irq)
 	c.irqMu.Unlock()
-	return fmt.Sprintf("state %v orq %d (got %d/%d) irq %d txMSN %v rxMSN %v stalled %v", q.State(), norq, got, size, nirq, c.txMSN, c.rx.msn, q.Stalled())
+	return fmt.Sprintf("%s orq %d (got %d/%d) irq %d txMSN %v rxMSN %v", ep.Debug(), norq, got, size, nirq, c.txMSN, c.rx.msn)
 }

@@ -37,7 +37,8 @@
 // libfabric's manual progress): a message then costs one read(2) on the
 // polling goroutine and no context switch, and the receiving goroutine steps
 // aside until the application blocks (CQ.Wait, ReqNotify) or stops polling
-// for 10 ms. Both share one resumable receive state machine, under a lock.
+// (the engine decides when: engine.PollIdle). Both share one resumable
+// receive state machine, under a lock.
 // Meanwhile the socket's receive low-water mark is raised (Linux), so that
 // arrivals do not wake an idle runtime thread from epoll_wait for nothing.
 // Large writes go out as raw non-blocking writev calls that wait in the
@@ -176,7 +177,7 @@ var dev = engine.NewDevice(engine.Config{
 		LinkLayer:  verbs.LinkLayerEthernet,
 		PhysState:  5,
 	},
-	NewWire: func(q *engine.QP) engine.Wire { return engine.CMWire{Err: errCMOnly} },
+	CMOnly: errCMOnly,
 })
 
 type provider struct{}

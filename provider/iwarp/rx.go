@@ -119,14 +119,6 @@ func readNB(fd int, b []byte) (int, error) {
 
 // Tuning of the receive goroutine.
 const (
-	// While the application polls its CQ (polled mode) the goroutine steps
-	// aside: the poll loop reads the socket, and waking the goroutine for
-	// each message would cost a context switch per message (and steal the
-	// CPU the poll loop spins on). It comes back when the application
-	// blocks (Wait, ReqNotify: PollStop) or has not polled for pollerIdle.
-	pollerIdle  = 10 * time.Millisecond
-	pollLoopGap = 100 * time.Microsecond // polls closer than this are a polling loop
-	pollStride  = 16                     // polls per reading of the clock
 	// During a bulk transfer the goroutine busy-reads for up to bulkSpin
 	// before parking: the next chunk is usually microseconds away, while a
 	// wake-up of a parked goroutine costs tens of microseconds here. (1 MiB
@@ -147,7 +139,7 @@ func (c *conn) rxLoop() {
 	}
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
-		if c.polling() {
+		if c.polled.Load() {
 			// Only while this goroutine is parked here (not in the
 			// netpoller) may arrivals be kept from signalling the socket.
 			quiet(int(fd), true)
@@ -156,11 +148,9 @@ func (c *conn) rxLoop() {
 			// spin against each other (a streaming receiver then used two
 			// CPUs and starved its sender on a small machine).
 		wait:
-			for c.polling() {
-				c.idle.Reset(pollerIdle)
+			for c.polled.Load() {
 				select {
 				case <-c.rxWake:
-				case <-c.idle.C:
 				case <-c.dying:
 					break wait
 				}
@@ -189,23 +179,12 @@ func (c *conn) rxLoop() {
 	c.rxFailed(perr)
 }
 
-// PollProgress implements engine.Poller: polled mode's non-blocking pump,
+// Progress implements engine.Progressor: polled mode's non-blocking pump,
 // called by CQ.Poll on the application's goroutine. Its completions go
 // through the CQ's ring (it hands none off).
-func (c *conn) PollProgress(*engine.CQ, []verbs.WC) int {
+func (c *conn) Progress(engine.Handoff) int {
 	if !c.estabDone.Load() {
 		return 0 // the receive side starts once the QP is established
-	}
-	// pollStride polls close together (pollLoopGap apart on average) make a
-	// polling loop; a single poll (such as the re-check after ReqNotify)
-	// does not put the connection in polled mode. The clock is read once
-	// per stride: in a VM it costs more than an empty poll's other work
-	// (11% of a streaming receiver's CPU when read on every poll).
-	if c.polls.Add(1)%pollStride == 0 {
-		now := nowNanos()
-		if prev := c.lastPollAny.Swap(now); prev != 0 && now-prev < pollStride*int64(pollLoopGap) {
-			c.lastPoll.Store(now)
-		}
 	}
 	if !c.rxMu.TryLock() {
 		return 0 // the receive goroutine is at it
@@ -222,26 +201,17 @@ func (c *conn) PollProgress(*engine.CQ, []verbs.WC) int {
 
 func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd), false) }
 
-var epoch = time.Now()
-
-func nowNanos() int64 { return int64(time.Since(epoch)) }
-
-// PollStop implements engine.Poller: the application stopped polling.
-func (c *conn) PollStop() {
-	c.lastPollAny.Store(0)
-	if c.lastPoll.Load() != 0 {
-		c.lastPoll.Store(0)
+// Polled implements engine.Progressor: while the application polls, the
+// receive goroutine steps aside; when it stops, the goroutine is woken to
+// read again.
+func (c *conn) Polled(on bool) {
+	c.polled.Store(on)
+	if !on {
 		select {
 		case c.rxWake <- struct{}{}:
 		default:
 		}
 	}
-}
-
-// polling reports whether the application polled the connection's CQs within pollerIdle.
-func (c *conn) polling() bool {
-	t := c.lastPoll.Load()
-	return t != 0 && nowNanos()-t < int64(pollerIdle)
 }
 
 // rxFailed ends the connection after a receive error.
@@ -498,16 +468,16 @@ func (c *conn) rxFinish(s *rxState, h wire.Header) error {
 		}
 		if op == wire.OpSendInv || op == wire.OpSendSEInv {
 			rkey := h.InvSTag()
-			if c.q.Invalidate(rkey) != engine.FaultNone {
+			if c.resp.Invalidate(rkey) != engine.FaultNone {
 				wc.Status = verbs.WCRemInvReqErr
-				c.q.CompleteRecv(s.rc, &wc, false)
+				c.resp.CompleteRecv(s.rc, &wc, false)
 				c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPSTagNotInvalidated), h, nil, "invalidate")
 				return errStop
 			}
 			wc.Flags |= verbs.WCFlagWithInv
 			wc.ImmData = rkey
 		}
-		c.q.CompleteRecv(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv)
+		c.resp.CompleteRecv(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv)
 	}
 	return nil
 }
@@ -515,7 +485,7 @@ func (c *conn) rxFinish(s *rxState, h wire.Header) error {
 // complete finishes a request of the ORQ; what it releases is sent by the
 // transmit goroutine, never by the receive side.
 func (c *conn) complete(w *engine.WQE, seq uint64, st verbs.WCStatus) {
-	if c.q.CompleteDeferred(w, seq, st) {
+	if c.req.CompleteDeferred(w, seq, st) {
 		c.progressLater()
 	}
 }
@@ -550,7 +520,7 @@ func (c *conn) rxWrite(s *rxState, h wire.Header, plen int) error {
 	} else {
 		s.tagActive, s.tagSTag, s.writeLen = true, stag, 0
 	}
-	dst, f := c.q.ResolveRemote(stag, to, uint32(plen), verbs.AccessRemoteWrite)
+	dst, f := c.resp.Resolve(stag, to, uint32(plen), verbs.AccessRemoteWrite)
 	if f != engine.FaultNone {
 		c.terminate(tagFault(f), h, evp(verbs.EventQPAccessErr), "RDMA Write: "+f.String())
 		return errStop
@@ -595,16 +565,16 @@ func (c *conn) rxSend(s *rxState, h wire.Header, plen int) error {
 			c.terminate(wire.TermDDPUntagged(wire.DDPUntagInvalidMO), h, nil, "first Send segment has MO != 0")
 			return errStop
 		}
-		rc, ok := c.q.TakeRecv()
+		rc, ok := c.resp.TakeRecv()
 		if !ok {
 			c.terminate(wire.TermDDPUntagged(wire.DDPUntagNoBuffer), h, nil, "no receive buffer posted")
 			return errStop
 		}
-		segs, st := c.q.RecvSegments(rc, s.recvSegs[:0])
+		segs, st := c.resp.RecvSegments(rc, s.recvSegs[:0])
 		s.recvSegs = segs
 		if st != verbs.WCSuccess {
 			wc := verbs.WC{Opcode: verbs.WCRecv, Status: st}
-			c.q.CompleteRecv(rc, &wc, false)
+			c.resp.CompleteRecv(rc, &wc, false)
 			c.terminate(wire.TermDDPUntagged(wire.DDPUntagNoBuffer), h, nil, "receive buffer not accessible")
 			return errStop
 		}
@@ -616,7 +586,7 @@ func (c *conn) rxSend(s *rxState, h wire.Header, plen int) error {
 	}
 	if s.got+plen > s.recvCap {
 		wc := verbs.WC{Opcode: verbs.WCRecv, Status: verbs.WCLocLenErr}
-		c.q.CompleteRecv(s.rc, &wc, false)
+		c.resp.CompleteRecv(s.rc, &wc, false)
 		s.sendActive = false
 		// siw sends "no buffer" (0x02) here, not "message too long".
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagNoBuffer), h, nil, "message longer than the receive buffer")
@@ -634,7 +604,7 @@ func (c *conn) rxReadRequest(s *rxState, h wire.Header) error {
 	}
 	s.msn[wire.QNReadRequest]++
 	rr := h.ReadRequest()
-	src, f := c.q.ResolveRemote(rr.SrcSTag(), rr.SrcTO(), rr.Size(), verbs.AccessRemoteRead)
+	src, f := c.resp.Resolve(rr.SrcSTag(), rr.SrcTO(), rr.Size(), verbs.AccessRemoteRead)
 	if f != engine.FaultNone {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, protCode(f)), h, evp(verbs.EventQPAccessErr), "RDMA Read: "+f.String())
 		return errStop
@@ -690,7 +660,7 @@ func (c *conn) rxImmediate(s *rxState, h wire.Header) error {
 		s.immPending, s.imm = true, imm
 		return nil
 	}
-	rc, ok := c.q.TakeRecv()
+	rc, ok := c.resp.TakeRecv()
 	if !ok {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagNoBuffer), h, nil, "no receive buffer for immediate data")
 		return errStop
@@ -699,7 +669,7 @@ func (c *conn) rxImmediate(s *rxState, h wire.Header) error {
 	if flags&immAfterWrite != 0 {
 		wc.Opcode, wc.ByteLen = verbs.WCRecvRDMAWithImm, uint32(s.writeLen)
 	}
-	c.q.CompleteRecv(rc, &wc, h.Opcode() == wire.OpImmediateSE)
+	c.resp.CompleteRecv(rc, &wc, h.Opcode() == wire.OpImmediateSE)
 	return nil
 }
 
@@ -734,7 +704,7 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 	if full {
 		return c.queueResp(h, resp{})
 	}
-	orig, f := c.q.Atomic(a.STag(), a.TO(), op, cmpAdd, swap)
+	orig, f := c.resp.Atomic(a.STag(), a.TO(), op, cmpAdd, swap)
 	if f != engine.FaultNone {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteProtection, protCode(f)), h, evp(verbs.EventQPAccessErr), "atomic: "+f.String())
 		return errStop
@@ -756,12 +726,12 @@ func (c *conn) rxGoverbsRequest(h wire.Header, a wire.AtomicRequest) error {
 	var f engine.Fault
 	what := "flush: "
 	if a.Op() == wire.FlushGoverbs {
-		f = c.q.Flush(a.STag(), a.TO(), uint32(a.AddSwap()), verbs.FlushType(a.Compare()))
+		f = c.resp.Flush(a.STag(), a.TO(), uint32(a.AddSwap()), verbs.FlushType(a.Compare()))
 	} else {
 		what = "atomic write: "
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], a.AddSwap())
-		f = c.q.AtomicWrite(a.STag(), a.TO(), v)
+		f = c.resp.AtomicWrite(a.STag(), a.TO(), v)
 	}
 	if f == engine.FaultPersist {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicStream), h, evp(verbs.EventQPReqErr), what+f.String())

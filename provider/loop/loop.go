@@ -116,7 +116,7 @@ func AddDevice(name string) string {
 			LinkLayer:  verbs.LinkLayerInfiniBand,
 			PhysState:  5, // LinkUp
 		},
-		NewWire: func(q *engine.QP) engine.Wire { return &wire{} },
+		NewTransport: func(e engine.Endpoint) engine.Transport { return &wire{e: e} },
 	})
 	fab.devs = append(fab.devs, d)
 	return name
@@ -139,80 +139,77 @@ func route(av *verbs.AHAttr) *engine.Device {
 
 // wire is a loop QP's transport: function calls into the peer's engine.
 type wire struct {
+	e       engine.Endpoint
 	mu      sync.Mutex
 	dest    *engine.Device // RC: the destination device, from the AV
 	destQPN uint32
-	peer    *engine.QP // RC: cached destination QP
-	src     [][]byte   // scratch, used only by the transmitting goroutine
+	peer    engine.Endpoint // RC: cached destination QP
+	cached  bool
+	src     [][]byte // scratch, used only by the transmitting goroutine
 	dst     [][]byte
 }
 
-func (w *wire) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if q.Type() == verbs.QPTRC && from == verbs.QPSInit && to == verbs.QPSRTR {
+func (w *wire) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if w.e.Type() == verbs.QPTRC && from == verbs.QPSInit && to == verbs.QPSRTR {
 		w.mu.Lock()
 		// An unknown destination is accepted, as hardware accepts it; sends then fail with RETRY_EXC_ERR.
-		w.dest, w.destQPN, w.peer = route(&attr.AHAttr), attr.DestQPNum, nil
+		w.dest, w.destQPN, w.cached = route(&attr.AHAttr), attr.DestQPNum, false
 		w.mu.Unlock()
 	}
 	return nil
 }
 
-func (w *wire) Shutdown(q *engine.QP, destroyed bool) {
-	if w.mu.TryLock() { // Shutdown runs with q locked; the cache is only a hint
-		w.peer = nil
+func (w *wire) Shutdown(destroyed bool) {
+	if w.mu.TryLock() { // Shutdown runs with the QP locked; the cache is only a hint
+		w.cached = false
 		w.mu.Unlock()
 	}
 }
 
-func (w *wire) RecvPosted(q *engine.QP) {
-	if q.Type() != verbs.QPTRC {
+func (w *wire) RecvPosted() {
+	if w.e.Type() != verbs.QPTRC {
 		return
 	}
-	// The cached peer is enough to ask. It is kicked even when it does not
-	// look stalled: it may be deciding to stall for want of this very
-	// receive, and a Kick (lock-free) is what that decision checks for.
-	w.mu.Lock()
-	p := w.peer
-	w.mu.Unlock()
-	if p == nil {
-		p = w.peerQP(q)
-	}
-	if p != nil {
-		p.Kick()
+	// The peer is resumed even when it does not look stalled: it may be
+	// deciding to stall for want of this very receive, and a Resume
+	// (lock-free) is what that decision checks for.
+	if p, ok := w.peerQP(false); ok {
+		p.Requester().Resume()
 	}
 }
 
-// peerQP returns the RC peer if it exists and is connected to q.
-func (w *wire) peerQP(q *engine.QP) *engine.QP {
+// peerQP returns the RC peer if it exists and (with connected) is
+// connected to this QP.
+func (w *wire) peerQP(connected bool) (engine.Endpoint, bool) {
 	w.mu.Lock()
-	p, dev, n := w.peer, w.dest, w.destQPN
+	p, ok, dev, n := w.peer, w.cached, w.dest, w.destQPN
 	w.mu.Unlock()
-	if p == nil || p.Num() != n || p.Device() != dev {
+	if !ok {
 		if dev == nil {
-			return nil
+			return p, false
 		}
-		p = dev.LookupQP(n)
-		if p == nil {
-			return nil
+		if p, ok = dev.LookupQP(n); !ok {
+			return p, false
 		}
 		w.mu.Lock()
-		w.peer = p
+		w.peer, w.cached = p, true
 		w.mu.Unlock()
 	}
-	if !p.ConnectedTo(q.Num()) {
-		return nil
+	if connected && !p.ConnectedTo(w.e.Num()) {
+		return p, false
 	}
-	return p
+	return p, true
 }
 
-func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
-	if q.Type() == verbs.QPTUD {
-		return w.transmitUD(q, wqe)
+func (w *wire) Send(wqe *engine.WQE) engine.Result {
+	if w.e.Type() == verbs.QPTUD {
+		return w.sendUD(wqe)
 	}
-	p := w.peerQP(q)
-	if p == nil {
+	pe, ok := w.peerQP(true)
+	if !ok {
 		return engine.Fail(verbs.WCRetryExcErr)
 	}
+	q, p := w.e.Requester(), pe.Responder()
 	wr := &wqe.WR
 	switch wr.Opcode {
 	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
@@ -222,13 +219,13 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 		if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
-		dst, f := p.ResolveRemote(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteWrite)
+		dst, f := p.Resolve(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteWrite)
 		if f != engine.FaultNone {
 			p.Fatal(verbs.EventQPAccessErr)
 			return engine.Fail(verbs.WCRemAccessErr)
 		}
 		if wr.Opcode == verbs.WRRDMAWriteWithImm {
-			return w.writeImm(q, p, wqe, dst)
+			return w.writeImm(q, pe, wqe, dst)
 		}
 		off := 0
 		for _, s := range w.src {
@@ -240,7 +237,7 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 			p.Fatal(verbs.EventQPReqErr)
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
-		src, f := p.ResolveRemote(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteRead)
+		src, f := p.Resolve(wr.RKey, wr.RemoteAddr, wqe.Len, verbs.AccessRemoteRead)
 		if f != engine.FaultNone {
 			p.Fatal(verbs.EventQPAccessErr)
 			return engine.Fail(verbs.WCRemAccessErr)
@@ -305,7 +302,7 @@ func (w *wire) Transmit(q *engine.QP, wqe *engine.WQE) engine.Result {
 }
 
 // send delivers a SEND into the peer's next receive buffer.
-func (w *wire) send(q, p *engine.QP, wqe *engine.WQE) engine.Result {
+func (w *wire) send(q engine.Requester, p engine.Responder, wqe *engine.WQE) engine.Result {
 	var st verbs.WCStatus
 	if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
 		return engine.Fail(st)
@@ -316,17 +313,17 @@ func (w *wire) send(q, p *engine.QP, wqe *engine.WQE) engine.Result {
 	if !ok {
 		return w.rnr(q, p, wqe)
 	}
-	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: q.Num(), ByteLen: wqe.Len}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: w.e.Num(), ByteLen: wqe.Len}
 	if w.dst, st = p.RecvSegments(rc, w.dst[:0]); st != verbs.WCSuccess {
 		wc.Status = st
 		p.CompleteRecv(rc, &wc, false)
-		p.SetError()
+		p.Fail()
 		return engine.Fail(verbs.WCRemOpErr)
 	}
 	if engine.TotalLen(w.dst) < int(wqe.Len) {
 		wc.Status = verbs.WCLocLenErr
 		p.CompleteRecv(rc, &wc, false)
-		p.SetError()
+		p.Fail()
 		return engine.Fail(verbs.WCRemInvReqErr)
 	}
 	off := 0
@@ -340,7 +337,7 @@ func (w *wire) send(q, p *engine.QP, wqe *engine.WQE) engine.Result {
 		if p.Invalidate(wqe.WR.InvalidateRKey) != engine.FaultNone {
 			wc.Status = verbs.WCLocQPOpErr
 			p.CompleteRecv(rc, &wc, false)
-			p.SetError()
+			p.Fail()
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
 		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, wqe.WR.InvalidateRKey
@@ -350,7 +347,8 @@ func (w *wire) send(q, p *engine.QP, wqe *engine.WQE) engine.Result {
 }
 
 // writeImm places an RDMA WRITE WITH IMM, whose immediate consumes a receive.
-func (w *wire) writeImm(q, p *engine.QP, wqe *engine.WQE, dst []byte) engine.Result {
+func (w *wire) writeImm(q engine.Requester, pe engine.Endpoint, wqe *engine.WQE, dst []byte) engine.Result {
+	p := pe.Responder()
 	p.LockRx()
 	defer p.UnlockRx()
 	rc, ok := p.TakeRecv()
@@ -361,7 +359,7 @@ func (w *wire) writeImm(q, p *engine.QP, wqe *engine.WQE, dst []byte) engine.Res
 	for _, s := range w.src {
 		off += copy(dst[off:], s)
 	}
-	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: q.Num(), ByteLen: wqe.Len, Flags: verbs.WCFlagWithImm, ImmData: wqe.WR.ImmData}
+	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: w.e.Num(), ByteLen: wqe.Len, Flags: verbs.WCFlagWithImm, ImmData: wqe.WR.ImmData}
 	p.CompleteRecv(rc, &wc, wqe.WR.Flags&verbs.SendSolicited != 0)
 	return engine.ResultOK
 }
@@ -369,8 +367,8 @@ func (w *wire) writeImm(q, p *engine.QP, wqe *engine.WQE, dst []byte) engine.Res
 // rnr handles a send that found no receive buffer: with rnr_retry 7 it waits
 // for the peer to post one; otherwise it retries after the peer's
 // min_rnr_timer until rnr_retry is used up.
-func (w *wire) rnr(q, p *engine.QP, wqe *engine.WQE) engine.Result {
-	retry := q.Attr().RnrRetry
+func (w *wire) rnr(q engine.Requester, p engine.Responder, wqe *engine.WQE) engine.Result {
+	retry := q.RNRRetry()
 	if retry == 7 {
 		return engine.ResultStall
 	}
@@ -378,7 +376,7 @@ func (w *wire) rnr(q, p *engine.QP, wqe *engine.WQE) engine.Result {
 	if wqe.Retries > int(retry) {
 		return engine.Fail(verbs.WCRnrRetryExcErr)
 	}
-	time.AfterFunc(RNRDelay(p.Attr().MinRnrTimer), q.Kick)
+	time.AfterFunc(RNRDelay(p.MinRNRTimer()), q.Resume)
 	return engine.ResultStall
 }
 
@@ -388,29 +386,34 @@ func RNRDelay(code uint8) time.Duration { return engine.RNRDelay(code) }
 // GRHLen is the size of the Global Routing Header at the start of every UD receive buffer.
 const GRHLen = 40
 
-func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
+func (w *wire) sendUD(wqe *engine.WQE) engine.Result {
 	wr := &wqe.WR
-	ah := driver.AHOf(wr.AH).(*engine.AH)
-	if int(wqe.Len) > q.Device().Port().ActiveMTU.Bytes() { // a datagram is one packet
+	q := w.e.Requester()
+	ah := wr.AH.Attr()
+	if int(wqe.Len) > w.e.Device().Port().ActiveMTU.Bytes() { // a datagram is one packet
 		return engine.Fail(verbs.WCLocLenErr)
 	}
 	var st verbs.WCStatus
 	if w.src, st = q.Payload(wqe, w.src[:0]); st != verbs.WCSuccess {
 		return engine.Fail(st)
 	}
-	dev := route(&ah.Attr)
+	dev := route(&ah)
 	if dev == nil {
 		return engine.ResultOK // no such destination: the datagram is lost
 	}
-	p := dev.LookupQP(wr.RemoteQPN)
-	if p == nil || p.Type() != verbs.QPTUD || !p.CanReceive() {
+	pe, ok := dev.LookupQP(wr.RemoteQPN)
+	if !ok || pe.Type() != verbs.QPTUD {
+		return engine.ResultOK
+	}
+	p := pe.Responder()
+	if !p.CanReceive() {
 		return engine.ResultOK
 	}
 	qkey := wr.RemoteQKey
 	if qkey&0x8000_0000 != 0 { // a "controlled" Q_Key: use the sender QP's own
-		qkey = q.Attr().QKey
+		qkey = w.e.Responder().QKey()
 	}
-	if p.Attr().QKey != qkey {
+	if p.QKey() != qkey {
 		return engine.ResultOK // Q_Key violation: silently dropped
 	}
 	p.LockRx()
@@ -419,7 +422,7 @@ func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
 	if !ok {
 		return engine.ResultOK // no receive buffer: dropped (UD has no RNR)
 	}
-	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: q.Num(), ByteLen: GRHLen + wqe.Len, Flags: verbs.WCFlagGRH}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: w.e.Num(), ByteLen: GRHLen + wqe.Len, Flags: verbs.WCFlagGRH}
 	if w.dst, st = p.RecvSegments(rc, w.dst[:0]); st != verbs.WCSuccess {
 		wc.Status = st
 		p.CompleteRecv(rc, &wc, false)
@@ -431,7 +434,7 @@ func (w *wire) transmitUD(q *engine.QP, wqe *engine.WQE) engine.Result {
 		return engine.ResultOK
 	}
 	var grh [GRHLen]byte
-	buildGRH(&grh, &ah.Attr.GRH, q.Device().GIDOf(), dev.GIDOf(), wqe.Len, wr.Opcode == verbs.WRSendWithImm)
+	buildGRH(&grh, &ah.GRH, w.e.Device().GIDOf(), dev.GIDOf(), wqe.Len, wr.Opcode == verbs.WRSendWithImm)
 	engine.CopyInto(w.dst, 0, grh[:])
 	off := GRHLen
 	for _, s := range w.src {

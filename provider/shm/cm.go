@@ -14,7 +14,6 @@ import (
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
-	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // Socket messages. Setup: hello (active side, with its segment), accept
@@ -126,18 +125,6 @@ func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Param
 	return Dial(ctx, addr, qp, p)
 }
 
-// engineQP returns the engine QP of a verbs QP of this provider.
-func engineQP(qp *verbs.QP) (*engine.QP, error) {
-	q, ok := driver.QPOf(qp).(*engine.QP)
-	if !ok || q.Device() != dev {
-		return nil, fmt.Errorf("%w: QP is not on device %s", verbs.ErrInvalid, DeviceName)
-	}
-	if q.Type() != verbs.QPTRC {
-		return nil, fmt.Errorf("%w: shm connects RC QPs only", verbs.ErrInvalid)
-	}
-	return q, nil
-}
-
 func clampDepth(v int) uint16 { return uint16(max(0, min(v, maxIRDORD))) }
 
 // AcceptTimeout bounds the wait for a connection request after a socket
@@ -238,7 +225,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	if r.answered {
 		return nil, fmt.Errorf("%w: request already answered", verbs.ErrInvalid)
 	}
-	q, err := engineQP(qp)
+	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +246,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 		return nil, err
 	}
 	ird, ord := clampDepth(p.IRD), min(clampDepth(p.ORD), r.hello.ird)
-	acc := setup{typ: msgAccept, ird: ird, ord: ord, qpn: q.Num(), l: r.hello.l, pdata: p.PrivateData}
+	acc := setup{typ: msgAccept, ird: ird, ord: ord, qpn: ep.Num(), l: r.hello.l, pdata: p.PrivateData}
 	_, _, err = r.uc.WriteMsgUnix(acc.marshal(), unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
@@ -268,8 +255,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 		r.uc.Close()
 		return nil, fmt.Errorf("shm: accept: %w", err)
 	}
-	c := newConn(q, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord))
-	q.SetRNRRetry(p.RNRRetry)
+	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), p.RNRRetry)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -297,7 +283,7 @@ func (r *Request) Reject(privateData []byte) error {
 // "@name"); the QP is in RTS on success. A rejection returns a
 // *cm.RejectedError with the peer's private data.
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, error) {
-	q, err := engineQP(qp)
+	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +310,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 		uc.Close()
 		return nil, err
 	}
-	hello := setup{typ: msgHello, ird: clampDepth(p.IRD), ord: clampDepth(p.ORD), qpn: q.Num(), l: defaultLayout, pdata: p.PrivateData}
+	hello := setup{typ: msgHello, ird: clampDepth(p.IRD), ord: clampDepth(p.ORD), qpn: ep.Num(), l: defaultLayout, pdata: p.PrivateData}
 	_, _, err = uc.WriteMsgUnix(hello.marshal(), unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
@@ -365,8 +351,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	}
 	uc.SetReadDeadline(time.Time{})
 	// Our ORD is bounded by the peer's IRD, its ORD by ours.
-	c := newConn(q, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)))
-	q.SetRNRRetry(p.RNRRetry)
+	c := newConn(ep, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)), p.RNRRetry)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -407,7 +392,7 @@ func (x *Conn) Err() error {
 // Disconnect ends the connection: both QPs move to ERR and flush.
 func (x *Conn) Disconnect() error {
 	x.c.close(ErrLocalDisconnect)
-	x.c.q.SetError()
+	x.c.ep.Fail()
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 
 // conn is one connected QP: the engine's wire for it.
 type conn struct {
-	q       *engine.QP
+	ep      engine.Endpoint
+	req     engine.Requester
+	resp    engine.Responder
 	uc      *net.UnixConn
 	raw     syscall.RawConn
 	mine    *segment // we consume its rings
@@ -28,15 +30,14 @@ type conn struct {
 	pdata   []byte
 	ird     int
 	ord     int
-
-	scq, rcq *engine.CQ
+	rnr     uint8 // rnr_retry
 
 	// users counts goroutines inside the segments; the teardown sets
 	// closing and waits for zero before unmapping.
 	users   atomic.Int64
 	closing atomic.Bool
 
-	// Transmit's state (the engine runs one Transmit at a time per QP).
+	// Send's state (the engine runs one Send at a time per QP).
 	reqOut  prodRing
 	sqCap   int // max_send_wr
 	tx      txState
@@ -44,7 +45,7 @@ type conn struct {
 	dst     [][]byte
 	last    *remote // the last region used directly
 	stallAt atomic.Uint64
-	stalled atomic.Bool // Transmit stalled for ring space or ordering
+	stalled atomic.Bool // Send stalled for ring space or ordering
 
 	// The consumer's state (consMu).
 	consMu  sync.Mutex
@@ -73,7 +74,7 @@ type conn struct {
 	ackSkipped atomic.Uint64
 	done1      []done // scratch for completions, used under sqMu
 
-	// Regions of the peer we map (mapMu): for RDMA (Transmit's), and the
+	// Regions of the peer we map (mapMu): for RDMA (Send's), and the
 	// sources of its SENDs (the consumer's); replaced ones stay mapped until
 	// the teardown, since a goroutine may still hold them.
 	mapMu   sync.Mutex
@@ -90,8 +91,8 @@ type conn struct {
 
 	// Counters for tests and DebugStats: requests done directly, requests
 	// sent through the peer, request records this side served.
-	nDirect, nRing, nRef uint64 // Transmit's (one at a time, ordered by the engine's lock)
-	nPosted              uint64 // SENDs TransmitDirect put in the ring (also counted in nRing)
+	nDirect, nRing, nRef uint64 // Send's (one at a time, ordered by the engine's lock)
+	nPosted              uint64 // SENDs SendDirect put in the ring (also counted in nRing)
 	nPostedOneSided      uint64 // WRITEs and READs oneSidedDirect carried out (also counted in nDirect)
 	pokeOwed             atomic.Bool
 	nServed              uint64 // under consMu
@@ -101,11 +102,7 @@ type conn struct {
 	rnrSince time.Time
 	rnrTimer *time.Timer
 
-	polled atomic.Bool
-	// idleMark is set by idleTick and cleared by every poll: still set at
-	// the next tick means no poll came.
-	idleMark  atomic.Bool
-	idleTimer *time.Timer
+	polled atomic.Bool // the application polls (engine.Progressor.Polled)
 
 	once  sync.Once
 	err   error
@@ -113,16 +110,14 @@ type conn struct {
 	done  chan struct{}
 }
 
-func newConn(q *engine.QP, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int) *conn {
-	c := &conn{q: q, uc: uc, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
+func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int, rnr uint8) *conn {
+	c := &conn{ep: ep, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		maps: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
 		offers: map[uint32]*export{},
 		dying:  make(chan struct{}), done: make(chan struct{})}
-	c.idleTimer = time.AfterFunc(time.Hour, c.idleTick)
-	c.idleTimer.Stop()
-	_, init, _ := q.Query()
-	c.acks = newAckRing(init.Cap.MaxSendWR)
-	c.sqCap = init.Cap.MaxSendWR
+	sq := ep.Attr().Cap.MaxSendWR
+	c.acks = newAckRing(sq)
+	c.sqCap = sq
 	l := mine.l
 	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
 	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)
@@ -143,18 +138,15 @@ func (c *conn) start() error {
 		return err
 	}
 	c.raw = raw
-	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.q.Access()))
-	c.scq, c.rcq = c.q.CQs()
-	if err := c.q.Establish(c, uint8(c.ird), uint8(c.ord)); err != nil {
+	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.resp.Access()))
+	p := engine.ConnParams{IRD: uint8(c.ird), ORD: uint8(c.ord), RNRRetry: c.rnr,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	if err := c.ep.Establish(c, p); err != nil {
 		c.abort()
 		return err
 	}
-	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.q.Access()))
-	atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(c.q.Attr().MinRnrTimer))
-	c.scq.AddPoller(c)
-	if c.rcq != c.scq {
-		c.rcq.AddPoller(c)
-	}
+	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.resp.Access()))
+	atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(c.resp.MinRNRTimer()))
 	go c.rxLoop()
 	return nil
 }
@@ -171,7 +163,7 @@ func (c *conn) abort() {
 // we map; false once they are going away. The teardown waits for those
 // inside before it unmaps the regions and retires the segments. Hot paths
 // that touch only the segments (a poll that finds nothing to consume, the
-// acknowledgement checks, TransmitDirect) check closing and do not enter:
+// acknowledgement checks, SendDirect) check closing and do not enter:
 // retired segments stay valid memory (segment.retire).
 func (c *conn) enter() bool {
 	c.users.Add(1)
@@ -206,7 +198,7 @@ func (c *conn) isDying() bool {
 // fail closes the connection and flushes the QP.
 func (c *conn) fail(err error) {
 	c.close(err)
-	c.q.SetError()
+	c.ep.Fail()
 }
 
 // rxLoop reads the socket: pokes, region mappings, and the end of the
@@ -237,13 +229,6 @@ func (c *conn) rxLoop() {
 	c.teardown()
 }
 
-// pollIdle is how long an application may go without polling before the
-// connection falls back to being poked. A timer checks it (idleTick), not
-// a read deadline of the socket goroutine: a read that times out is a
-// system call every pollIdle, by a goroutine that must first get a CPU
-// that the pollers hold; a timer runs when a poller yields.
-const pollIdle = 2 * time.Millisecond
-
 // peerGone handles the end of the socket.
 func (c *conn) peerGone(err error) {
 	select {
@@ -260,9 +245,7 @@ func (c *conn) peerGone(err error) {
 // teardown releases the connection after the socket closed: no goroutine
 // is left inside the segments when they are unmapped.
 func (c *conn) teardown() {
-	c.q.SetError()
-	c.scq.RemovePoller(c)
-	c.rcq.RemovePoller(c)
+	c.ep.Fail()
 	c.expMu.Lock()
 	for i, e := range c.exps {
 		if e != nil {
@@ -277,7 +260,6 @@ func (c *conn) teardown() {
 		c.rnrTimer.Stop()
 	}
 	c.ackMu.Unlock()
-	c.idleTimer.Stop() // a tick already running sees dying
 	c.closing.Store(true)
 	for c.users.Load() != 0 {
 		time.Sleep(20 * time.Microsecond)
@@ -312,48 +294,27 @@ func (c *conn) poke() {
 	})
 }
 
-// PollProgress implements engine.Poller: the application polls a CQ of the
+// Progress implements engine.Progressor: the application polls a CQ of the
 // QP, so the connection runs in its goroutine and nobody needs poking.
-func (c *conn) PollProgress(cq *engine.CQ, wc []verbs.WC) int {
-	if c.idleMark.Load() {
-		c.idleMark.Store(false)
-	}
-	// A poll between arming a CQ and waiting on its channel (the verbs
-	// idiom) does not start polled mode: the application is about to block.
-	if !c.polled.Load() && !c.scq.Armed() && !c.rcq.Armed() {
-		c.polled.Store(true)
-		if c.enter() {
-			atomic.StoreUint32(c.reqIn.c.sleep, 0)
-			atomic.StoreUint32(c.respIn.c.sleep, 0)
-			c.leave()
-		}
-		// A timer checks that polling goes on.
-		c.idleTimer.Reset(pollIdle)
-	}
-	ho := engine.Handoff{CQ: cq, WC: wc}
+func (c *conn) Progress(ho engine.Handoff) int {
 	c.progress(&ho)
-	return ho.N
+	return ho.Len()
 }
 
-// PollStop implements engine.Poller: the application is about to block.
-func (c *conn) PollStop() {
-	c.polled.Store(false)
-	c.wake()
-}
-
-// idleTick runs every pollIdle while the application polls: a poll clears
-// idleMark, so a mark still set means none came for a whole period, and
-// polled mode ends. It re-arms itself while polled mode lasts; PollProgress
-// arms it when polled mode starts again.
-func (c *conn) idleTick() {
-	if c.isDying() || !c.polled.Load() {
+// Polled implements engine.Progressor. While the application polls, neither
+// side needs poking; once it stops (it blocks, or the engine's idle rule
+// ends polled mode), each side asks the other to poke it.
+func (c *conn) Polled(on bool) {
+	c.polled.Store(on)
+	if !on {
+		c.wake()
 		return
 	}
-	if c.idleMark.Swap(true) {
-		c.PollStop()
-		return
+	if c.enter() {
+		atomic.StoreUint32(c.reqIn.c.sleep, 0)
+		atomic.StoreUint32(c.respIn.c.sleep, 0)
+		c.leave()
 	}
-	c.idleTimer.Reset(pollIdle)
 }
 
 // testHookConsumed, when a test sets it, runs after a poll consumed
@@ -400,8 +361,8 @@ func (c *conn) progress(ho *engine.Handoff) {
 		}
 		c.consMu.Unlock()
 		// An acknowledgement this poll deferred is published now if polled
-		// mode ended meanwhile: the goroutine that ended it (idleTick,
-		// PollStop) found the consumer busy and could not. The unlock is a
+		// mode ended meanwhile: the goroutine that ended it (the engine's
+		// idle rule, or a Wait) found the consumer busy and could not. The unlock is a
 		// full fence: either that goroutine's progress came after it, or
 		// this load sees polled cleared.
 		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.c.head) {
@@ -435,19 +396,16 @@ func (c *conn) progress(ho *engine.Handoff) {
 	}
 	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {
 		c.stalled.Store(false)
-		c.q.Kick()
+		c.req.Resume()
 	}
 	if poke {
 		c.poke()
 	}
 }
 
-// Modify implements engine.Wire: only the connection manager connects; the
-// access flags the peer checks directly are republished.
-func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if to == verbs.QPSRTR || (to == verbs.QPSRTS && from != verbs.QPSRTS && from != verbs.QPSSQD) {
-		return errCMOnly
-	}
+// Modify implements engine.Transport: the access flags and the RNR timer
+// that the peer reads from our segment are republished.
+func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
 	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRnrTimer) != 0 && c.enter() {
 		if mask&verbs.QPAttrAccessFlags != 0 {
 			atomic.StoreUint32(c.mine.u32(offAccess), uint32(attr.QPAccessFlags))
@@ -460,17 +418,17 @@ func (c *conn) Modify(q *engine.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask, f
 	return nil
 }
 
-// RecvPosted implements engine.Wire: a SEND waiting for a receive can go on.
-func (c *conn) RecvPosted(q *engine.QP) {
+// RecvPosted implements engine.Transport: a SEND waiting for a receive can go on.
+func (c *conn) RecvPosted() {
 	if c.held.Load() {
 		c.progress(nil)
 	}
 }
 
-// Shutdown implements engine.Wire. A QP in ERR stops consuming and tells
+// Shutdown implements engine.Transport. A QP in ERR stops consuming and tells
 // its peer, whose requests then fail; a QP reset or destroyed ends the
 // connection. It runs with the QP locked: it only sets flags and pokes.
-func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
+func (c *conn) Shutdown(destroyed bool) {
 	c.stopped.Store(true)
 	if c.enter() {
 		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
@@ -478,7 +436,7 @@ func (c *conn) Shutdown(q *engine.QP, destroyed bool) {
 		c.leave()
 		c.poke()
 	}
-	if destroyed || q.State() == verbs.QPSReset {
+	if destroyed || c.ep.State() == verbs.QPSReset {
 		c.close(ErrLocalDisconnect)
 	}
 }

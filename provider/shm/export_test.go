@@ -74,9 +74,9 @@ func OnceAfterConsume(f func(*Conn)) (restore func()) {
 	return func() { testHookConsumed.Store(nil) }
 }
 
-// StopPolling ends polled mode as the idle check does when the application
-// stopped polling (PollStop).
-func (x *Conn) StopPolling() { x.c.PollStop() }
+// StopPolling ends polled mode as the engine's idle rule does when the
+// application stopped polling.
+func (x *Conn) StopPolling() { x.c.ep.EndPolledMode() }
 
 // Debug describes the connection's progress state, for a test that gives
 // up waiting: the request ring both ways, the flags of the poke protocol,

@@ -109,7 +109,7 @@ func (c *conn) remap(r *remote) engine.Result {
 	delete(c.maps, r.rkey)
 	c.mapMu.Unlock()
 	c.last = nil
-	r.unmap() // only Transmit, this goroutine, touches mappings
+	r.unmap() // only Send, this goroutine, touches mappings
 	return c.askMap(r.rkey)
 }
 
@@ -140,14 +140,14 @@ func (c *conn) installMap(msg []byte, fds []int) {
 	offer := msg[2] == 1
 	c.mapMu.Lock()
 	if offer {
-		// A SEND source: the consumer reads it; Transmit never sees it.
+		// A SEND source: the consumer reads it; Send never sees it.
 		if old := c.srcs[r.rkey]; old != nil {
 			c.retired = append(c.retired, old)
 		}
 		c.srcs[r.rkey] = r
 	} else {
 		if old := c.maps[r.rkey]; old != nil {
-			c.retired = append(c.retired, old) // Transmit may hold it in c.last
+			c.retired = append(c.retired, old) // Send may hold it in c.last
 		}
 		c.maps[r.rkey] = r
 		delete(c.asking, r.rkey)
@@ -156,7 +156,7 @@ func (c *conn) installMap(msg []byte, fds []int) {
 	if offer {
 		c.progress(nil) // a reference may be waiting for it
 	} else {
-		c.q.Kick()
+		c.req.Resume()
 	}
 }
 
@@ -255,7 +255,7 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 	if !DirectAccess {
 		return rep, nil, fd, nil
 	}
-	if mr, f := c.q.LookupRemote(rkey); f == engine.FaultNone {
+	if mr, f := c.resp.Region(rkey); f == engine.FaultNone {
 		if buf := verbs.BufferOf(mr.Bytes()); buf != nil && buf.Fd() >= 0 {
 			// The buffer is still indexed after the dup, so the dup is of
 			// its memfd (Free unindexes before it closes the fd).

@@ -51,7 +51,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	if c.reqIn.publish() { // what the last poll left to acknowledge
 		poke = true
 	}
-	if c.stopped.Load() || !c.q.CanReceive() {
+	if c.stopped.Load() || !c.resp.CanReceive() {
 		return poke, got
 	}
 	if c.held.Load() {
@@ -87,8 +87,8 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// the application its completion: the store writes a line the
 	// requester reads, and the next locked instruction of this poll would
 	// wait for that line's round trip between cores. A poll comes soon in
-	// polled mode, and the idle timer ends polled mode (publishing)
-	// after pollIdle. Acknowledged at once: a request someone waits for
+	// polled mode, and the engine ends polled mode (publishing) after
+	// engine.PollIdle. Acknowledged at once: a request someone waits for
 	// (fAck: signaled, or the requester's send queue is filling), a
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
@@ -144,20 +144,20 @@ func (c *conn) nak(st verbs.WCStatus) int {
 // event InfiniBand raises for the error.
 func (c *conn) fatal(st verbs.WCStatus, ev verbs.EventType) int {
 	c.nak(st)
-	c.q.Fatal(ev)
+	c.resp.Fatal(ev)
 	return stop
 }
 
 // startRecv takes the receive a SEND of total bytes goes into (c.rx) and
 // checks its buffers: served, holdRNR, or stop after recvErr.
 func (c *conn) startRecv(total uint32) int {
-	rc, ok := c.q.TakeRecv()
+	rc, ok := c.resp.TakeRecv()
 	if !ok {
 		return holdRNR
 	}
 	c.rx = rxState{active: true, rc: rc, total: total, dst: c.rx.dst[:0]}
 	var st verbs.WCStatus
-	if c.rx.dst, st = c.q.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
+	if c.rx.dst, st = c.resp.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
 		return c.recvErr(st, nakFor(st))
 	}
 	if engine.TotalLen(c.rx.dst) < int(total) {
@@ -180,10 +180,10 @@ func nakFor(st verbs.WCStatus) verbs.WCStatus {
 // requester with nst and fails the QP.
 func (c *conn) recvErr(st, nst verbs.WCStatus) int {
 	wc := verbs.WC{Opcode: verbs.WCRecv, Status: st, SrcQP: c.peerQPN}
-	c.q.CompleteRecv(c.rx.rc, &wc, false)
+	c.resp.CompleteRecv(c.rx.rc, &wc, false)
 	c.rx.active = false
 	c.nak(nst)
-	c.q.SetError()
+	c.resp.Fail()
 	return stop
 }
 
@@ -194,7 +194,7 @@ func (c *conn) protoErr() int {
 
 // serve executes one request record as the responder.
 func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
-	q := c.q
+	q := c.resp
 	switch h.kind {
 	case recSend:
 		if h.flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.rx.active {
@@ -206,13 +206,13 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 			if h.flags&fImm != 0 {
 				wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
 			}
-			ok, st := q.DeliverRecv(p, &wc, h.flags&fSolicited != 0, ho)
+			ok, st := q.Deliver(p, &wc, h.flags&fSolicited != 0, ho)
 			switch {
 			case !ok:
 				return holdRNR
 			case st != verbs.WCSuccess: // the receive completed with st
 				c.nak(nakFor(st))
-				q.SetError()
+				q.Fail()
 				return stop
 			}
 			return served
@@ -247,11 +247,11 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		if h.flags&fFirst != 0 && h.total > 0 {
 			// The whole range is checked on the first piece, as a
 			// responder checks the RETH of a write's first packet.
-			if _, f := q.ResolveRemote(h.rkey, h.addr, h.total, verbs.AccessRemoteWrite); f != engine.FaultNone {
+			if _, f := q.Resolve(h.rkey, h.addr, h.total, verbs.AccessRemoteWrite); f != engine.FaultNone {
 				return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 			}
 		}
-		dst, f := q.ResolveRemote(h.rkey, h.addr, h.n, verbs.AccessRemoteWrite)
+		dst, f := q.Resolve(h.rkey, h.addr, h.n, verbs.AccessRemoteWrite)
 		if f != engine.FaultNone {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
@@ -268,7 +268,7 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		if q.IRD() == 0 {
 			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
 		}
-		src, f := q.ResolveRemote(h.rkey, h.addr, h.total, verbs.AccessRemoteRead)
+		src, f := q.Resolve(h.rkey, h.addr, h.total, verbs.AccessRemoteRead)
 		if f != engine.FaultNone {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
@@ -383,25 +383,25 @@ func (c *conn) finishRecv(h *rec) int {
 	case h.flags&fImm != 0:
 		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
 	case h.flags&fInv != 0:
-		if c.q.Invalidate(h.imm) != engine.FaultNone {
+		if c.resp.Invalidate(h.imm) != engine.FaultNone {
 			return c.recvErr(verbs.WCLocQPOpErr, verbs.WCRemInvReqErr)
 		}
 		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.imm
 	}
 	c.rx.active = false
-	c.q.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
+	c.resp.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
 	return served
 }
 
 // immediate delivers the immediate data of an RDMA WRITE WITH IMM, which
 // consumes a receive.
 func (c *conn) immediate(h *rec) int {
-	rc, ok := c.q.TakeRecv()
+	rc, ok := c.resp.TakeRecv()
 	if !ok {
 		return holdRNR
 	}
 	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: c.peerQPN, ByteLen: h.total, Flags: verbs.WCFlagWithImm, ImmData: h.imm}
-	c.q.CompleteRecv(rc, &wc, h.flags&fSolicited != 0)
+	c.resp.CompleteRecv(rc, &wc, h.flags&fSolicited != 0)
 	return served
 }
 

@@ -171,7 +171,7 @@ var dev = engine.NewDevice(engine.Config{
 		LinkLayer:  verbs.LinkLayerUnspecified,
 		PhysState:  5,
 	},
-	NewWire: func(q *engine.QP) engine.Wire { return engine.CMWire{Err: errCMOnly} },
+	CMOnly: errCMOnly,
 })
 
 func gidOf(guid uint64) verbs.GID {

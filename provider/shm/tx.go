@@ -47,7 +47,7 @@ type done struct {
 	st  verbs.WCStatus
 }
 
-// txState is how far Transmit got with a request it had to stall.
+// txState is how far Send got with a request it had to stall.
 type txState struct {
 	seq   uint64
 	off   uint32 // payload bytes already in the ring
@@ -55,23 +55,23 @@ type txState struct {
 	busy  bool
 }
 
-// Transmit implements engine.Wire.
-func (c *conn) Transmit(q *engine.QP, w *engine.WQE) engine.Result {
+// Send implements engine.Transport.
+func (c *conn) Send(w *engine.WQE) engine.Result {
 	if !c.enter() {
 		return engine.Fail(verbs.WCWRFlushErr)
 	}
-	r := c.transmit(q, w)
+	r := c.transmit(w)
 	c.leave()
 	return r
 }
 
-// TransmitDirect implements engine.DirectWire: a SEND that fits in one
+// SendDirect implements engine.DirectSender: a SEND that fits in one
 // record goes into the ring straight from the caller's request when the
 // ring has room and nothing is in progress, and an RDMA WRITE or READ on a
 // region of the peer's that is mapped here is carried out at once
 // (oneSidedDirect); anything else is declined. Declining must leave no
 // trace: the ordinary path then does everything.
-func (c *conn) TransmitDirect(q *engine.QP, w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
+func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
 	switch wr.Opcode {
 	case verbs.WRRDMAWrite:
 		ok := c.oneSidedDirect(wr, payload, n, verbs.AccessRemoteWrite)
@@ -116,7 +116,7 @@ const oneSidedDirectMax = 64 << 10
 // PostSend, as transmit does for one that direct allows, when that needs
 // nothing that may wait: remoteAccess says viaMapping. It reports whether the data has moved; otherwise the ordinary
 // path takes the request (and asks for the mapping, stalls, or lets the
-// peer refuse it). The send queue is idle (postDirect), so no Transmit
+// peer refuse it). The send queue is idle (postDirect), so no Send
 // runs: like it, this is the one goroutine that uses the mappings and
 // c.last. Requests larger than oneSidedDirectMax go the ordinary path,
 // whose copy does not hold the QP's lock (other posters and completions do
@@ -145,14 +145,15 @@ func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need v
 	return true
 }
 
-// DirectDone implements engine.DirectWire: the poke TransmitDirect owes.
-func (c *conn) DirectDone(*engine.QP) {
+// DirectDone implements engine.DirectSender: the poke SendDirect owes.
+func (c *conn) DirectDone() {
 	if c.pokeOwed.Load() && c.pokeOwed.Swap(false) {
 		c.poke()
 	}
 }
 
-func (c *conn) transmit(q *engine.QP, w *engine.WQE) engine.Result {
+func (c *conn) transmit(w *engine.WQE) engine.Result {
+	q := c.req
 	resume := c.tx.busy && c.tx.seq == w.Seq()
 	if c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0 {
 		// The peer consumes nothing more. The requests before this one
@@ -294,7 +295,7 @@ func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.u32(offState)
 
 // direct decides how an RDMA operation on the peer's memory goes. It
 // returns the mapped region to access directly, or nil to go through the
-// peer; ok false means Transmit must return res now (stall for a mapping,
+// peer; ok false means Send must return res now (stall for a mapping,
 // or for the peer to catch up with the requests before this one).
 func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint32) (r *remote, res engine.Result, ok bool) {
 	if n == 0 {
@@ -360,15 +361,15 @@ func (c *conn) direct8(w *engine.WQE, need verbs.AccessFlags) (*remote, engine.R
 	return c.direct(w, need, w.WR.RemoteAddr, 8)
 }
 
-// stall makes Transmit wait until the peer consumes from its request ring.
+// stall makes Send wait until the peer consumes from its request ring.
 func (c *conn) stall() engine.Result {
 	c.stallAt.Store(c.reqOut.head)
 	c.stalled.Store(true)
 	atomic.StoreUint32(c.reqOut.c.wait, 1)
 	if atomic.LoadUint64(c.reqOut.c.head) != c.reqOut.head {
-		// It already did: a Kick during Transmit makes the engine retry.
+		// It already did: a Resume during Send makes the engine retry.
 		c.stalled.Store(false)
-		c.q.Kick()
+		c.req.Resume()
 	}
 	return engine.ResultStall
 }
@@ -386,7 +387,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	var st verbs.WCStatus
 	if total > 0 {
-		if c.src, st = c.q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+		if c.src, st = c.req.Payload(w, c.src[:0]); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 	}
@@ -508,7 +509,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 }
 
 // ackRing holds the requests that complete when the peer's head passes
-// them: a single-producer (Transmit, which the engine runs one at a time)
+// them: a single-producer (Send, which the engine runs one at a time)
 // single-consumer (checkAcks, under ackMu) ring, so that neither locks. It
 // never fills: each entry is a request in the send queue.
 type ackRing struct {
@@ -654,11 +655,11 @@ out:
 	c.sqMu.Unlock()
 	more := false
 	for _, d := range ds {
-		more = c.q.CompleteDeferred(d.w, d.seq, d.st) || more
+		more = c.req.CompleteDeferred(d.w, d.seq, d.st) || more
 	}
 	c.ackMu.Unlock()
 	if more {
-		c.q.Progress() // not under ackMu: Transmit may call checkAcks
+		c.req.Transmit() // not under ackMu: Send may call checkAcks
 	}
 }
 
@@ -667,7 +668,7 @@ out:
 // RNR_RETRY_EXC_ERR, the QP fails, and the peer, seeing it, drops the SEND.
 // With rnr_retry 7 it waits for ever.
 func (c *conn) checkRNR() {
-	retry := c.q.Attr().RnrRetry
+	retry := c.req.RNRRetry()
 	if retry == 7 {
 		return
 	}
@@ -701,10 +702,10 @@ func (c *conn) checkRNR() {
 		return
 	}
 	atomicx.ReleaseU64(&c.acks.head, h+1)
-	more := c.q.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
+	more := c.req.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
 	c.ackMu.Unlock()
 	if more {
-		c.q.Progress()
+		c.req.Transmit()
 	}
 }
 
@@ -731,9 +732,9 @@ func (c *conn) popResp(st verbs.WCStatus) {
 	c.resps.pop()
 	c.nresp.Add(-1)
 	c.sqMu.Unlock()
-	more := c.q.CompleteDeferred(e.w, e.seq, st)
+	more := c.req.CompleteDeferred(e.w, e.seq, st)
 	c.ackMu.Unlock()
 	if more {
-		c.q.Progress()
+		c.req.Transmit()
 	}
 }

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// PollIdle is how long an application may go without polling before the
+// engine ends polled mode and its transports progress on their own again.
+// A timer checks it, not the polls (reading the clock on every poll costs
+// more than the rest of an empty poll in a VM): a poll clears a mark, and a
+// mark still set at the next tick means no poll came for a whole period.
+const PollIdle = 2 * time.Millisecond
+
+// progress is the engine's side of a Progressor: whether the application
+// polls, decided here once for every transport.
+type progress struct {
+	t        Progressor
+	q        *QP
+	polled   atomic.Bool
+	idleMark atomic.Bool // set by idleTick, cleared by every poll
+	idle     *time.Timer
+	detached atomic.Bool
+}
+
+func newProgress(q *QP, t Progressor) *progress {
+	p := &progress{t: t, q: q}
+	p.idle = time.AfterFunc(time.Hour, p.idleTick)
+	p.idle.Stop()
+	return p
+}
+
+// poll is a poll of cq, which the application found empty: the transport
+// makes progress, handing receive completions for cq to wc. A poll between
+// arming a CQ and waiting on its channel (the verbs idiom) does not start
+// polled mode: the application is about to block. It returns how many
+// completions it put in wc.
+func (p *progress) poll(cq *CQ, wc []verbs.WC) int {
+	if p.idleMark.Load() {
+		p.idleMark.Store(false)
+	}
+	if !p.polled.Load() {
+		p.start()
+	}
+	return p.t.Progress(Handoff{cq: cq, wc: wc})
+}
+
+// start begins polled mode unless a CQ of the QP is armed.
+func (p *progress) start() {
+	if p.q.scq.isArmed() || p.q.rcq.isArmed() || p.detached.Load() {
+		return
+	}
+	if p.polled.CompareAndSwap(false, true) {
+		p.t.Polled(true)
+		p.idle.Reset(PollIdle)
+	}
+}
+
+// stop ends polled mode: the application is about to block, or stopped
+// polling.
+func (p *progress) stop() {
+	if p.polled.CompareAndSwap(true, false) {
+		p.t.Polled(false)
+	}
+}
+
+// idleTick runs every PollIdle while the application polls; it re-arms
+// itself while polled mode lasts.
+func (p *progress) idleTick() {
+	if !p.polled.Load() || p.detached.Load() {
+		return
+	}
+	if p.idleMark.Swap(true) {
+		p.stop()
+		return
+	}
+	p.idle.Reset(PollIdle)
+}
+
+// attach makes the QP's CQs drive t.
+func (p *progress) attach() {
+	p.q.scq.addPoller(p)
+	if p.q.rcq != p.q.scq {
+		p.q.rcq.addPoller(p)
+	}
+}
+
+// detach undoes attach; the transport is shutting down and its own
+// goroutines finish without the application's polls.
+func (p *progress) detach() {
+	p.detached.Store(true)
+	p.idle.Stop()
+	p.q.scq.removePoller(p)
+	p.q.rcq.removePoller(p)
+}
+
+// Handoff is the output array of a poll that found its CQ empty, lent by
+// the engine to the deliveries the transport makes (Responder.Deliver): a
+// receive completion for that CQ made while the CQ holds nothing, nobody
+// armed it and nobody waits goes there, instead of through the ring and
+// back out (a compare-and-swap and a fenced store to push, another
+// compare-and-swap to pop). It lives on the poller's stack.
+type Handoff struct {
+	cq *CQ
+	wc []verbs.WC
+	n  int
+}
+
+// Len returns how many completions were handed off.
+func (ho *Handoff) Len() int { return ho.n }
+
+// take returns the next free entry of the hand-off for a completion of cq,
+// or nil when the completion must go through the ring: another CQ's, no
+// room, or a CQ that holds completions (they come first), that someone
+// armed or waits on (they must be told), or that overflowed.
+func (ho *Handoff) take(cq *CQ) *verbs.WC {
+	if ho == nil || ho.cq != cq || ho.n == len(ho.wc) || cq.tail.Load() != cq.head.Load() ||
+		cq.armed.Load() != armNone || cq.waiters.Load() != 0 || cq.overflow.Load() {
+		return nil
+	}
+	ho.n++
+	return &ho.wc[ho.n-1]
+}
+
+// EndPolledMode ends polled mode on the QP of e as the idle rule does when
+// the application stops polling (for tests of what a transport does then).
+func (e Endpoint) EndPolledMode() {
+	if p := e.q.prog.Load(); p != nil {
+		p.stop()
+	}
+}
