@@ -14,15 +14,13 @@ func DebugState(qp *verbs.QP) string {
 	if !ok {
 		return "no connection"
 	}
-	c.orqMu.Lock()
-	norq := len(c.orq)
+	c.orq.mu.Lock()
+	norq := c.orq.n
 	var got, size uint32
-	if norq > 0 {
-		got, size = c.orq[0].got, c.orq[0].size
+	if e := c.orq.front(); e != nil {
+		got, size = e.got, e.size
 	}
-	c.orqMu.Unlock()
-	c.irqMu.Lock()
-	nirq := len(c.irq)
-	c.irqMu.Unlock()
-	return fmt.Sprintf("%s orq %d (got %d/%d) irq %d txMSN %v rxMSN %v", ep.Debug(), norq, got, size, nirq, c.txMSN, c.rx.msn)
+	c.orq.mu.Unlock()
+	nirq := c.irq.len()
+	return fmt.Sprintf("%s orq %d (got %d/%d) irq %d txMSN %v rxMSN %v", ep.Debug(), norq, got, size, nirq, c.tx.msn, c.rx.msn)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,8 +40,17 @@ var errWouldBlock = errors.New("iwarp: would block")
 
 var errStop = errors.New("iwarp: receive stopped")
 
-// rxState is the receive side's DDP/RDMAP state; it is used under rxMu.
-type rxState struct {
+// rxSide is the receive side: its DDP/RDMAP state, used under mu by
+// whichever of its two drivers (the connection's goroutine, the
+// application's poll) holds it.
+type rxSide struct {
+	mu      sync.Mutex
+	pollFn  func(fd uintptr)
+	pollErr error
+	polled  atomic.Bool // the application polls (engine.Progressor.Polled)
+	wake    chan struct{}
+	any     atomic.Bool // an FPDU has arrived
+
 	buf  [stageSize]byte
 	r, w int
 	crc  wire.CRC
@@ -79,7 +90,7 @@ type rxState struct {
 }
 
 // fill makes n (<= stageSize) bytes available in the staging buffer.
-func (s *rxState) fill(fd, n int) error {
+func (s *rxSide) fill(fd, n int) error {
 	if s.w-s.r >= n {
 		return nil
 	}
@@ -139,7 +150,7 @@ func (c *conn) rxLoop() {
 	}
 	var perr error
 	err := c.raw.Read(func(fd uintptr) bool {
-		if c.polled.Load() {
+		if c.rx.polled.Load() {
 			// Only while this goroutine is parked here (not in the
 			// netpoller) may arrivals be kept from signalling the socket.
 			quiet(int(fd), true)
@@ -148,9 +159,9 @@ func (c *conn) rxLoop() {
 			// spin against each other (a streaming receiver then used two
 			// CPUs and starved its sender on a small machine).
 		wait:
-			for c.polled.Load() {
+			for c.rx.polled.Load() {
 				select {
-				case <-c.rxWake:
+				case <-c.rx.wake:
 				case <-c.dying:
 					break wait
 				}
@@ -160,15 +171,15 @@ func (c *conn) rxLoop() {
 		// Always drain before waiting again: the netpoller reports
 		// readiness once (edge-triggered), and bytes left unread now would
 		// wait for the next arrival if the application stopped polling.
-		c.rxMu.Lock()
+		c.rx.mu.Lock()
 		perr = c.pump(int(fd), true)
 		bulk := c.rx.bulk
-		c.rxMu.Unlock()
+		c.rx.mu.Unlock()
 		if perr == errWouldBlock && bulk {
 			for start := time.Now(); perr == errWouldBlock && time.Since(start) < bulkSpin; {
-				c.rxMu.Lock()
+				c.rx.mu.Lock()
 				perr = c.pump(int(fd), true)
-				c.rxMu.Unlock()
+				c.rx.mu.Unlock()
 			}
 		}
 		return perr != errWouldBlock
@@ -186,29 +197,29 @@ func (c *conn) Progress(engine.Handoff) int {
 	if !c.estabDone.Load() {
 		return 0 // the receive side starts once the QP is established
 	}
-	if !c.rxMu.TryLock() {
+	if !c.rx.mu.TryLock() {
 		return 0 // the receive goroutine is at it
 	}
 	var perr error
-	c.raw.Control(c.pollFn)
-	perr, c.pollErr = c.pollErr, nil
-	c.rxMu.Unlock()
+	c.raw.Control(c.rx.pollFn)
+	perr, c.rx.pollErr = c.rx.pollErr, nil
+	c.rx.mu.Unlock()
 	if perr != errWouldBlock && perr != nil {
 		c.rxFailed(perr)
 	}
 	return 0
 }
 
-func (c *conn) pollFD(fd uintptr) { c.pollErr = c.pump(int(fd), false) }
+func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
 
 // Polled implements engine.Progressor: while the application polls, the
 // receive goroutine steps aside; when it stops, the goroutine is woken to
 // read again.
 func (c *conn) Polled(on bool) {
-	c.polled.Store(on)
+	c.rx.polled.Store(on)
 	if !on {
 		select {
-		case c.rxWake <- struct{}{}:
+		case c.rx.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -283,11 +294,11 @@ func (c *conn) pump(fd int, drain bool) error {
 				}
 			}
 			s.phase = phHeader
-			if !c.rxAny.Load() {
-				c.rxAny.Store(true)
+			if !c.rx.any.Load() {
+				c.rx.any.Store(true)
 			}
-			if !c.rxSeen.Load() {
-				c.rxSeen.Store(true)
+			if !c.su.rxSeen.Load() {
+				c.su.rxSeen.Store(true)
 				c.progressLater() // the responder may now transmit
 			}
 			if err := c.rxFinish(s, s.h); err != nil {
@@ -300,7 +311,7 @@ func (c *conn) pump(fd int, drain bool) error {
 
 // rxPayload places the current FPDU's payload: first what is in the staging
 // buffer, then straight from the socket into the destination.
-func (c *conn) rxPayload(fd int, s *rxState) error {
+func (c *conn) rxPayload(fd int, s *rxSide) error {
 	for s.left > 0 {
 		if s.discard {
 			if s.r == s.w {
@@ -354,7 +365,7 @@ func (c *conn) rxPayload(fd int, s *rxState) error {
 
 // setDst makes n bytes of the segment list segs, from byte offset off, the
 // destination of the current payload.
-func (s *rxState) setDst(segs [][]byte, off, n int) {
+func (s *rxSide) setDst(segs [][]byte, off, n int) {
 	d := s.dstBuf[:0]
 	for _, seg := range segs {
 		if n == 0 {
@@ -375,7 +386,7 @@ func (s *rxState) setDst(segs [][]byte, off, n int) {
 
 // rxHeader checks a complete FPDU header and prepares the payload's
 // placement (or handles a message that has no payload).
-func (c *conn) rxHeader(s *rxState, hl int, herr error) error {
+func (c *conn) rxHeader(s *rxSide, hl int, herr error) error {
 	h := s.h
 	if herr != nil {
 		var te *wire.TermError
@@ -433,7 +444,7 @@ func (c *conn) rxHeader(s *rxState, hl int, herr error) error {
 }
 
 // rxFinish completes a message whose last FPDU has been read and checked.
-func (c *conn) rxFinish(s *rxState, h wire.Header) error {
+func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 	op := h.Opcode()
 	if op == wire.OpTerminate {
 		c.rxTerminate(s, h)
@@ -447,11 +458,7 @@ func (c *conn) rxFinish(s *rxState, h wire.Header) error {
 		s.tagActive = false
 	case wire.OpReadResponse:
 		s.tagActive = false
-		c.orqMu.Lock()
-		e := c.orq[0]
-		c.orq[0] = orqEntry{}
-		c.orq = c.orq[1:]
-		c.orqMu.Unlock()
+		e, _ := c.orq.pop(false, nil) // rxReadResponse checked it is there
 		if int(e.got) != int(e.size) {
 			c.terminate(wire.TermDDPTagged(wire.DDPTagBaseBounds), h, nil, "short Read Response")
 			return errStop
@@ -506,7 +513,7 @@ func tagFault(f engine.Fault) wire.TermError {
 	return wire.TermDDPTagged(wire.DDPTagInvalidSTag) // key and access (DDP has no access-rights code)
 }
 
-func (c *conn) rxWrite(s *rxState, h wire.Header, plen int) error {
+func (c *conn) rxWrite(s *rxSide, h wire.Header, plen int) error {
 	stag, to := h.STag(), h.TO()
 	if s.tagActive {
 		if stag != s.tagSTag {
@@ -531,18 +538,18 @@ func (c *conn) rxWrite(s *rxState, h wire.Header, plen int) error {
 	return nil
 }
 
-func (c *conn) rxReadResponse(s *rxState, h wire.Header, plen int) error {
-	c.orqMu.Lock()
-	var e *orqEntry
-	if len(c.orq) > 0 && !c.orq[0].atomic {
-		e = &c.orq[0]
+func (c *conn) rxReadResponse(s *rxSide, h wire.Header, plen int) error {
+	c.orq.mu.Lock()
+	e := c.orq.front()
+	if e != nil && e.atomic {
+		e = nil
 	}
 	ok := e != nil && h.STag() == e.stag && h.TO() == e.to+uint64(e.got) && int(e.got)+plen <= int(e.size)
 	if ok {
 		s.setDst(e.sink, int(e.got), plen)
 		e.got += uint32(plen)
 	}
-	c.orqMu.Unlock()
+	c.orq.mu.Unlock()
 	if e == nil {
 		c.terminate(wire.TermDDPTagged(wire.DDPTagInvalidSTag), h, nil, "Read Response without a Read")
 		return errStop
@@ -555,7 +562,7 @@ func (c *conn) rxReadResponse(s *rxState, h wire.Header, plen int) error {
 	return nil
 }
 
-func (c *conn) rxSend(s *rxState, h wire.Header, plen int) error {
+func (c *conn) rxSend(s *rxSide, h wire.Header, plen int) error {
 	if h.MSN() != s.msn[wire.QNSend] {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagMSNRange), h, nil, "Send MSN")
 		return errStop
@@ -597,7 +604,7 @@ func (c *conn) rxSend(s *rxState, h wire.Header, plen int) error {
 	return nil
 }
 
-func (c *conn) rxReadRequest(s *rxState, h wire.Header) error {
+func (c *conn) rxReadRequest(s *rxSide, h wire.Header) error {
 	if h.MSN() != s.msn[wire.QNReadRequest] {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagMSNRange), h, nil, "Read Request MSN")
 		return errStop
@@ -626,19 +633,16 @@ func protCode(f engine.Fault) wire.RDMAPCode {
 
 // queueResp adds a response to the IRQ, which holds at most IRD requests.
 func (c *conn) queueResp(h wire.Header, r resp) error {
-	c.irqMu.Lock()
-	full := len(c.irq) >= c.ird // IRD 0: no inbound reads or atomics at all
-	now := !full && len(c.irq) == 0 && len(r.src) <= respFPDUs*c.payloadMax(wire.TaggedHeaderLen)
-	c.irqMu.Unlock()
+	n := c.irq.len()
+	full := n >= c.ird // IRD 0: no inbound reads or atomics at all
+	now := !full && n == 0 && len(r.src) <= respFPDUs*c.payloadMax(wire.TaggedHeaderLen)
 	// With nothing queued before it (only this goroutine queues), a small
 	// response may go out at once; otherwise the transmit goroutine sends it.
 	if now && c.respondNow(&r) {
 		return nil
 	}
 	if !full {
-		c.irqMu.Lock()
-		c.irq = append(c.irq, r)
-		c.irqMu.Unlock()
+		c.irq.push(r)
 	}
 	if full {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicStream), h, nil, "more outstanding Read/Atomic Requests than IRD")
@@ -648,7 +652,7 @@ func (c *conn) queueResp(h wire.Header, r resp) error {
 	return nil
 }
 
-func (c *conn) rxImmediate(s *rxState, h wire.Header) error {
+func (c *conn) rxImmediate(s *rxSide, h wire.Header) error {
 	if h.MSN() != s.msn[wire.QNSend] {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagMSNRange), h, nil, "Immediate Data MSN")
 		return errStop
@@ -673,7 +677,7 @@ func (c *conn) rxImmediate(s *rxState, h wire.Header) error {
 	return nil
 }
 
-func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
+func (c *conn) rxAtomicRequest(s *rxSide, h wire.Header) error {
 	if h.MSN() != s.msn[wire.QNReadRequest] {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagMSNRange), h, nil, "Atomic Request MSN")
 		return errStop
@@ -698,10 +702,7 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 	}
 	// Refuse an atomic beyond IRD before executing it. Only this goroutine
 	// adds to the IRQ, so it cannot fill up between here and queueResp.
-	c.irqMu.Lock()
-	full := len(c.irq) >= c.ird
-	c.irqMu.Unlock()
-	if full {
+	if c.irq.len() >= c.ird {
 		return c.queueResp(h, resp{})
 	}
 	orig, f := c.resp.Atomic(a.STag(), a.TO(), op, cmpAdd, swap)
@@ -717,10 +718,7 @@ func (c *conn) rxAtomicRequest(s *rxState, h wire.Header) error {
 // Everything the connection carried before it has been placed, so a flush
 // covers it; the Atomic Response goes out once it is done.
 func (c *conn) rxGoverbsRequest(h wire.Header, a wire.AtomicRequest) error {
-	c.irqMu.Lock()
-	full := len(c.irq) >= c.ird
-	c.irqMu.Unlock()
-	if full {
+	if c.irq.len() >= c.ird {
 		return c.queueResp(h, resp{})
 	}
 	var f engine.Fault
@@ -744,28 +742,19 @@ func (c *conn) rxGoverbsRequest(h wire.Header, a wire.AtomicRequest) error {
 	return c.queueResp(h, resp{kind: respAtomic, reqID: a.ReqID()})
 }
 
-func (c *conn) rxAtomicResponse(s *rxState, h wire.Header) error {
+func (c *conn) rxAtomicResponse(s *rxSide, h wire.Header) error {
 	if h.MSN() != s.msn[wire.QNAtomicResponse] {
 		c.terminate(wire.TermDDPUntagged(wire.DDPUntagMSNRange), h, nil, "Atomic Response MSN")
 		return errStop
 	}
 	s.msn[wire.QNAtomicResponse]++
-	c.orqMu.Lock()
-	var e orqEntry
-	ok := len(c.orq) > 0 && c.orq[0].atomic
-	if ok {
-		e = c.orq[0]
-		c.orq[0] = orqEntry{}
-		c.orq = c.orq[1:]
-	}
-	c.orqMu.Unlock()
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], h.AtomicResponse().Orig())
+	e, ok := c.orq.pop(true, b[:])
 	if !ok {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode), h, nil, "Atomic Response without a request")
 		return errStop
 	}
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], h.AtomicResponse().Orig())
-	engine.CopyInto(e.sink, 0, b[:])
 	c.complete(e.w, e.seq, verbs.WCSuccess)
 	return nil
 }
@@ -774,23 +763,13 @@ func (c *conn) rxAtomicResponse(s *rxState, h wire.Header) error {
 // everything outstanding is flushed. A Terminate that reports an error on
 // one of our Read Requests (it attaches the request's header) completes
 // that Read with REM_ACCESS_ERR (protection errors) or REM_OP_ERR.
-func (c *conn) rxTerminate(s *rxState, h wire.Header) {
+func (c *conn) rxTerminate(s *rxSide, h wire.Header) {
 	full := append(append(make([]byte, 0, len(h)+s.termLen), h...), s.term[:s.termLen]...)
 	info, _ := wire.ParseTerminate(wire.Header(full))
 	err := &TerminateError{Cause: info.RFC.Cause, Info: fmt.Sprintf("in siw's bit order: %v", info.Swapped.Cause)}
 	if len(info.RDMAPHdr) >= wire.ReadRequestBodyLen {
 		rr := wire.ReadRequest(info.RDMAPHdr)
-		c.orqMu.Lock()
-		var w *engine.WQE
-		var seq uint64
-		for i := range c.orq {
-			if e := &c.orq[i]; !e.atomic && e.stag == rr.SinkSTag() && e.to == rr.SinkTO() {
-				w, seq = e.w, e.seq
-				break
-			}
-		}
-		c.orqMu.Unlock()
-		if w != nil {
+		if w, seq, ok := c.orq.findRead(rr.SinkSTag(), rr.SinkTO()); ok {
 			st := verbs.WCWRFlushErr
 			for _, f := range []wire.TermFields{info.RFC, info.Swapped} {
 				if f.Cause.Layer == wire.LayerRDMAP && f.Cause.EType == uint8(wire.RDMAPRemoteProtection) {

@@ -19,26 +19,42 @@ type pend struct {
 	dst        [][]byte
 }
 
-// pendQ is a FIFO that reuses its storage.
+// pendQ is a FIFO of requests waiting for their responses: a ring that
+// grows when full (a send queue's worth at most) and keeps each slot's
+// sink array, so that a request through the peer allocates nothing.
 type pendQ struct {
-	q    []pend
-	head int
+	ring    []pend
+	head, n int
 }
 
-func (p *pendQ) len() int { return len(p.q) - p.head }
+func (p *pendQ) len() int { return p.n }
 
+// push adds e, its sink copied into the slot's own array.
 func (p *pendQ) push(e pend) {
-	if p.head > 0 && p.head == len(p.q) {
-		p.q, p.head = p.q[:0], 0
+	if p.n == len(p.ring) {
+		ring := make([]pend, max(4, 2*len(p.ring)))
+		for i := range p.n {
+			ring[i] = p.ring[(p.head+i)%len(p.ring)]
+		}
+		p.ring, p.head = ring, 0
 	}
-	p.q = append(p.q, e)
+	s := &p.ring[(p.head+p.n)%len(p.ring)]
+	dst := append(s.dst[:0], e.dst...)
+	*s = e
+	s.dst = dst
+	p.n++
 }
 
-func (p *pendQ) front() *pend { return &p.q[p.head] }
+func (p *pendQ) front() *pend { return &p.ring[p.head] }
 
+// pop removes the oldest request; its slot keeps its sink array for the
+// next use (nothing else refers to it once the response is placed).
 func (p *pendQ) pop() {
-	p.q[p.head] = pend{}
-	p.head++
+	s := &p.ring[p.head]
+	clear(s.dst)
+	s.w, s.dst = nil, s.dst[:0]
+	p.head = (p.head + 1) % len(p.ring)
+	p.n--
 }
 
 type done struct {
@@ -500,9 +516,8 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	}
 	// Waiting for its response before the commit: the stamp makes the
 	// request visible, and the response may come before this goroutine
-	// runs again. The sink stays resolved until then (a rare path: the
-	// peer's memory could not be mapped), so it gets its own copy.
-	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(len(b)), dst: append([][]byte(nil), dst...)})
+	// runs again. The sink stays resolved until then: addResp copies it.
+	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(len(b)), dst: dst})
 	c.reqOut.commit(len(b))
 	c.nRing++
 	return c.publishReq()
