@@ -40,17 +40,21 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	if access&(AccessZeroBased|AccessMWBind|AccessOnDemand) != 0 {
 		return nil, fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessMWBind|AccessOnDemand))
 	}
-	mr := &MR{pd: pd, buf: buf, addr: addrOf(buf), access: access}
+	// The buffer the region lies in is known (and held: Free fails) before
+	// the provider registers it, so that a provider may share it at once.
+	mr := &MR{pd: pd, buf: buf, addr: addrOf(buf), access: access, ab: bufferOf(buf)}
+	if mr.ab != nil {
+		mr.ab.regs.Add(1)
+	}
 	d, err := pd.d.RegMR(mr, buf, mr.addr, access)
 	if err != nil {
+		if mr.ab != nil {
+			mr.ab.regs.Add(-1)
+		}
 		return nil, err
 	}
 	mr.d = d
 	mr.lkey, mr.rkey = d.LKey(), d.RKey()
-	if b := bufferOf(buf); b != nil {
-		b.regs.Add(1)
-		mr.ab = b
-	}
 	return mr, nil
 }
 

@@ -289,7 +289,7 @@ func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFla
 	if uint64(len(buf)) > pd.ctx.dev.cfg.Attr.MaxMRSize {
 		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), pd.ctx.dev.cfg.Attr.MaxMRSize)
 	}
-	mr := &MR{pd: pd, buf: buf, addr: addr, access: access}
+	mr := &MR{v: v, pd: pd, buf: buf, addr: addr, access: access}
 	if err := pd.ctx.dev.mrs.add(mr, pd.ctx.dev.cfg.Attr.MaxMR); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 // finds it in the device's table, the byte makes keys hard to guess and stale
 // keys of a deregistered region unlikely to name its successor.
 type MR struct {
+	v      *verbs.MR
 	pd     *PD
 	buf    []byte
 	addr   uint64
@@ -33,6 +34,10 @@ func (mr *MR) Bytes() []byte { return mr.buf }
 
 // Addr returns the region's address (its first byte's remote address).
 func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Buffer returns the AllocBuffer the region lies in and the region's
+// offset in it, or nil (verbs.MR.Buffer).
+func (mr *MR) Buffer() (*verbs.Buffer, int) { return mr.v.Buffer() }
 
 // Access returns the region's access flags.
 func (mr *MR) Access() verbs.AccessFlags { return mr.access }

@@ -241,7 +241,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	}
 	mine, fd, err := newSegment(r.hello.l)
 	if err != nil {
-		peer.unmap()
+		peer.Unmap()
 		r.uc.Close()
 		return nil, err
 	}
@@ -250,8 +250,8 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 	_, _, err = r.uc.WriteMsgUnix(acc.marshal(), unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
-		mine.unmap()
-		peer.unmap()
+		mine.Unmap()
+		peer.Unmap()
 		r.uc.Close()
 		return nil, fmt.Errorf("shm: accept: %w", err)
 	}
@@ -306,7 +306,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 		return nil, err
 	}
 	fail := func(err error) (*Conn, error) {
-		mine.unmap()
+		mine.Unmap()
 		uc.Close()
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"io"
 	"net"
 	"runtime"
@@ -38,7 +39,7 @@ type conn struct {
 	closing atomic.Bool
 
 	// Send's state (the engine runs one Send at a time per QP).
-	reqOut  prodRing
+	reqOut  ring.Producer
 	sqCap   int // max_send_wr
 	tx      txState
 	src     [][]byte
@@ -49,9 +50,9 @@ type conn struct {
 
 	// The consumer's state (consMu).
 	consMu  sync.Mutex
-	reqIn   consRing
-	respIn  consRing
-	respOut prodRing
+	reqIn   ring.Consumer
+	respIn  ring.Consumer
+	respOut ring.Producer
 	rx      rxState
 	stopped atomic.Bool // our QP failed: consume nothing more
 	held    atomic.Bool // the request consumer waits (RNR, response ring full)
@@ -119,14 +120,14 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 	c.acks = newAckRing(sq)
 	c.sqCap = sq
 	l := mine.l
-	c.reqIn.init(mine, ctlReq, l.reqOff(), l.reqSize)
-	c.respIn.init(mine, ctlResp, l.respOff(), l.respSize)
-	c.reqOut.init(peer, ctlReq, l.reqOff(), l.reqSize)
-	c.respOut.init(peer, ctlResp, l.respOff(), l.respSize)
+	c.reqIn.Init(&mine.Segment, ctlReq, l.reqOff(), l.reqSize, mine.key(ctlReq))
+	c.respIn.Init(&mine.Segment, ctlResp, l.respOff(), l.respSize, mine.key(ctlResp))
+	c.reqOut.Init(&peer.Segment, ctlReq, l.reqOff(), l.reqSize, peer.key(ctlReq))
+	c.respOut.Init(&peer.Segment, ctlResp, l.respOff(), l.respSize, peer.key(ctlResp))
 	// Until the application polls, ask to be poked.
-	atomic.StoreUint32(c.reqIn.c.sleep, 1)
-	atomic.StoreUint32(c.respIn.c.sleep, 1)
-	atomic.StoreUint32(mine.u32(offIRD), uint32(ird))
+	atomic.StoreUint32(c.reqIn.C.Sleep, 1)
+	atomic.StoreUint32(c.respIn.C.Sleep, 1)
+	atomic.StoreUint32(mine.U32(offIRD), uint32(ird))
 	return c
 }
 
@@ -138,15 +139,15 @@ func (c *conn) start() error {
 		return err
 	}
 	c.raw = raw
-	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.resp.Access()))
+	atomic.StoreUint32(c.mine.U32(offAccess), uint32(c.resp.Access()))
 	p := engine.ConnParams{IRD: uint8(c.ird), ORD: uint8(c.ord), RNRRetry: c.rnr,
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
 	if err := c.ep.Establish(c, p); err != nil {
 		c.abort()
 		return err
 	}
-	atomic.StoreUint32(c.mine.u32(offAccess), uint32(c.resp.Access()))
-	atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(c.resp.MinRNRTimer()))
+	atomic.StoreUint32(c.mine.U32(offAccess), uint32(c.resp.Access()))
+	atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(c.resp.MinRNRTimer()))
 	go c.rxLoop()
 	return nil
 }
@@ -154,8 +155,8 @@ func (c *conn) start() error {
 // abort undoes a connection that never started.
 func (c *conn) abort() {
 	c.uc.Close()
-	c.mine.unmap()
-	c.peer.unmap()
+	c.mine.Unmap()
+	c.peer.Unmap()
 	close(c.done)
 }
 
@@ -280,9 +281,9 @@ func (c *conn) teardown() {
 	// The polls' idle checks, the acknowledgement checks and the direct
 	// SEND path read and write the segments without entering: the
 	// segments are retired, not unmapped, and the placeholders go with c.
-	c.mine.retire()
-	c.peer.retire()
-	runtime.AddCleanup(c, retired, [2][]byte{c.mine.mem, c.peer.mem})
+	c.mine.Retire()
+	c.peer.Retire()
+	runtime.AddCleanup(c, ring.Retired, [2][]byte{c.mine.Mem, c.peer.Mem})
 }
 
 // poke asks the peer to look at the rings. It never blocks: a full socket
@@ -311,8 +312,8 @@ func (c *conn) Polled(on bool) {
 		return
 	}
 	if c.enter() {
-		atomic.StoreUint32(c.reqIn.c.sleep, 0)
-		atomic.StoreUint32(c.respIn.c.sleep, 0)
+		atomic.StoreUint32(c.reqIn.C.Sleep, 0)
+		atomic.StoreUint32(c.respIn.C.Sleep, 0)
 		c.leave()
 	}
 }
@@ -329,13 +330,13 @@ func (c *conn) wake() {
 	if c.polled.Load() || !c.enter() {
 		return
 	}
-	atomic.StoreUint32(c.reqIn.c.sleep, 1)
-	atomic.StoreUint32(c.respIn.c.sleep, 1)
+	atomic.StoreUint32(c.reqIn.C.Sleep, 1)
+	atomic.StoreUint32(c.respIn.C.Sleep, 1)
 	if c.outstanding() || c.stalled.Load() {
-		atomic.StoreUint32(c.reqOut.c.wait, 1)
+		atomic.StoreUint32(c.reqOut.C.Wait, 1)
 	}
 	if c.held.Load() {
-		atomic.StoreUint32(c.respOut.c.wait, 1)
+		atomic.StoreUint32(c.respOut.C.Wait, 1)
 	}
 	c.leave()
 	c.progress(nil)
@@ -352,7 +353,7 @@ func (c *conn) progress(ho *engine.Handoff) {
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
-	if (c.held.Load() || !c.reqIn.idle() || !c.respIn.idle()) && c.consMu.TryLock() {
+	if (c.held.Load() || !c.reqIn.Idle() || !c.respIn.Idle()) && c.consMu.TryLock() {
 		poke, got = c.consume(ho)
 		if got > 0 {
 			if f := testHookConsumed.Load(); f != nil {
@@ -365,9 +366,9 @@ func (c *conn) progress(ho *engine.Handoff) {
 		// idle rule, or a Wait) found the consumer busy and could not. The unlock is a
 		// full fence: either that goroutine's progress came after it, or
 		// this load sees polled cleared.
-		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.c.head) {
+		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.C.Head) {
 			c.publishAckable()
-			poke = claim(c.reqIn.c.wait) || poke
+			poke = ring.Claim(c.reqIn.C.Wait) || poke
 		}
 	}
 	// After a delivery the application has a completion to take: the acks
@@ -387,14 +388,14 @@ func (c *conn) progress(ho *engine.Handoff) {
 		}
 	}
 	if acks && c.outstanding() {
-		if atomic.LoadUint64(c.reqOut.c.head) != c.ackHead.Load() || c.peerStopped() {
+		if atomic.LoadUint64(c.reqOut.C.Head) != c.ackHead.Load() || c.peerStopped() {
 			c.checkAcks()
 		}
-		if atomic.LoadUint64(c.peer.u64(offRNRPos)) != 0 {
+		if atomic.LoadUint64(c.peer.U64(offRNRPos)) != 0 {
 			c.checkRNR()
 		}
 	}
-	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.c.head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0) {
+	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.C.Head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0) {
 		c.stalled.Store(false)
 		c.req.Resume()
 	}
@@ -408,10 +409,10 @@ func (c *conn) progress(ho *engine.Handoff) {
 func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
 	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRnrTimer) != 0 && c.enter() {
 		if mask&verbs.QPAttrAccessFlags != 0 {
-			atomic.StoreUint32(c.mine.u32(offAccess), uint32(attr.QPAccessFlags))
+			atomic.StoreUint32(c.mine.U32(offAccess), uint32(attr.QPAccessFlags))
 		}
 		if mask&verbs.QPAttrMinRnrTimer != 0 {
-			atomic.StoreUint32(c.mine.u32(offMinRNR), uint32(attr.MinRnrTimer))
+			atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(attr.MinRnrTimer))
 		}
 		c.leave()
 	}
@@ -432,7 +433,7 @@ func (c *conn) Shutdown(destroyed bool) {
 	c.stopped.Store(true)
 	if c.enter() {
 		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
-		atomic.StoreUint32(c.mine.u32(offState), stateErr)
+		atomic.StoreUint32(c.mine.U32(offState), stateErr)
 		c.leave()
 		c.poke()
 	}

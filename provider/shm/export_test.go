@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"sync"
 	"sync/atomic"
 )
@@ -23,13 +24,13 @@ func (x *Conn) Corrupt() {
 		return
 	}
 	defer c.leave()
-	b := c.reqOut.reserve(recHdr)
+	b := c.reqOut.Reserve(ring.HdrLen)
 	if b == nil {
 		return
 	}
-	putRec(b, rec{size: 1 << 20, kind: recSend, flags: fFirst | fLast})
-	c.reqOut.commit(recHdr)
-	c.reqOut.publish()
+	ring.PutRec(b, ring.Rec{Size: 1 << 20, Kind: recSend, Flags: fFirst | fLast})
+	c.reqOut.Commit(ring.HdrLen)
+	c.reqOut.Publish()
 	c.poke()
 }
 
@@ -41,7 +42,7 @@ func (x *Conn) Refs() uint64 { return x.c.nRef }
 func (x *Conn) Unacked() bool {
 	x.c.consMu.Lock()
 	defer x.c.consMu.Unlock()
-	return x.c.reqIn.pub != x.c.reqIn.head
+	return x.c.reqIn.Pub != x.c.reqIn.Head
 }
 
 // Posted returns how many SENDs went into the ring straight from PostSend
@@ -54,14 +55,14 @@ func (x *Conn) PostedOneSided() uint64 { return x.c.nPostedOneSided }
 
 // Retired returns how many closed connections had their retired segments
 // unmapped by the cleanup.
-func Retired() int64 { return nRetired.Load() }
+func Retired() int64 { return ring.NRetired.Load() }
 
 // Published reports whether the head the connection published, the one its
 // peer reads, covers every request it consumed.
 func (x *Conn) Published() bool {
 	x.c.consMu.Lock()
 	defer x.c.consMu.Unlock()
-	return atomic.LoadUint64(x.c.reqIn.c.head) == x.c.reqIn.head
+	return atomic.LoadUint64(x.c.reqIn.C.Head) == x.c.reqIn.Head
 }
 
 // OnceAfterConsume makes f run once, with the conn, the next time a poll of
@@ -88,8 +89,8 @@ func (x *Conn) Debug() string {
 	}
 	defer c.leave()
 	return fmt.Sprintf("out: tail %d head(peer) %d cached %d wait %d sleep(peer) %d stalled %v at %d | in: head %d pub %d peer-tail %d sleep %d wait(peer) %d held %v | polled %v acks %d resps %d",
-		c.reqOut.tail, atomic.LoadUint64(c.reqOut.c.head), c.reqOut.head, atomic.LoadUint32(c.reqOut.c.wait), atomic.LoadUint32(c.reqOut.c.sleep),
+		c.reqOut.Tail, atomic.LoadUint64(c.reqOut.C.Head), c.reqOut.Head, atomic.LoadUint32(c.reqOut.C.Wait), atomic.LoadUint32(c.reqOut.C.Sleep),
 		c.stalled.Load(), c.stallAt.Load(),
-		c.reqIn.head, c.reqIn.pub, atomic.LoadUint64(c.reqIn.c.tail), atomic.LoadUint32(c.reqIn.c.sleep), atomic.LoadUint32(c.reqIn.c.wait), c.held.Load(),
+		c.reqIn.Head, c.reqIn.Pub, atomic.LoadUint64(c.reqIn.C.Tail), atomic.LoadUint32(c.reqIn.C.Sleep), atomic.LoadUint32(c.reqIn.C.Wait), c.held.Load(),
 		c.polled.Load(), c.acks.tail.Load()-c.acks.head.Load(), c.nresp.Load())
 }

@@ -3,10 +3,10 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"os"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -50,14 +50,14 @@ func (r *remote) acquire() bool {
 			return false
 		}
 		if atomic.CompareAndSwapUint64(r.slot, s, s+1) {
-			raceAcquire()
+			ring.RaceAcquire()
 			return true
 		}
 	}
 }
 
 func (r *remote) release() {
-	raceRelease()
+	ring.RaceRelease()
 	atomic.AddUint64(r.slot, ^uint64(0))
 }
 
@@ -162,7 +162,7 @@ func (c *conn) installMap(msg []byte, fds []int) {
 
 // mapRegion maps n bytes at offset off of a memfd the peer passed.
 func mapRegion(fd int, off, n uint64) (mapping, mem []byte, err error) {
-	size, err := sealedSize(fd)
+	size, err := ring.SealedSize(fd)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,11 +256,11 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 		return rep, nil, fd, nil
 	}
 	if mr, f := c.resp.Region(rkey); f == engine.FaultNone {
-		if buf := verbs.BufferOf(mr.Bytes()); buf != nil && buf.Fd() >= 0 {
+		if buf, off := mr.Buffer(); buf != nil && buf.Fd() >= 0 {
 			// The buffer is still indexed after the dup, so the dup is of
 			// its memfd (Free unindexes before it closes the fd).
 			if d, err := unix.Dup(buf.Fd()); err == nil {
-				if _, serr := sealedSize(d); serr == nil && verbs.BufferOf(mr.Bytes()) == buf {
+				if _, serr := ring.SealedSize(d); serr == nil && verbs.BufferOf(mr.Bytes()) == buf {
 					fd = d // (a memfd without seals is not offered: the peer would refuse it)
 				} else {
 					unix.Close(d)
@@ -268,14 +268,13 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 			}
 			if fd >= 0 {
 				if e := c.newExport(); e != nil {
-					foff := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mr.Bytes()))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf.Bytes()))))
 					rep[1] = 0
 					binary.LittleEndian.PutUint32(rep[8:], uint32(e.i))
 					binary.LittleEndian.PutUint32(rep[12:], uint32(mr.Access()))
 					binary.LittleEndian.PutUint64(rep[16:], e.gen)
 					binary.LittleEndian.PutUint64(rep[24:], mr.Addr())
 					binary.LittleEndian.PutUint64(rep[32:], uint64(len(mr.Bytes())))
-					binary.LittleEndian.PutUint64(rep[40:], foff)
+					binary.LittleEndian.PutUint64(rep[40:], uint64(off))
 					oob = unix.UnixRights(fd)
 					e.key = rkey
 					exp = e
@@ -356,7 +355,7 @@ func (c *conn) revoke(e *export) {
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
-	raceAcquire()
+	ring.RaceAcquire()
 	c.exps[e.i] = nil
 	if c.offers[e.key] == e {
 		delete(c.offers, e.key) // a new registration under the key may be offered again

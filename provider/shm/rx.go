@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/atomicx"
@@ -31,9 +32,9 @@ const (
 // the peer needs a poke, and how many records it took. ho is the hand-off
 // of the poll it runs in, if any (engine.Handoff).
 func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
-	var h rec
+	var h ring.Rec
 	for {
-		p, ok, err := c.respIn.peek(&h)
+		p, ok, err := c.respIn.Peek(&h)
 		if err != nil {
 			c.fail(err)
 			return false, got
@@ -44,11 +45,11 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 		if !c.response(&h, p) {
 			return false, got
 		}
-		c.respIn.advance(&h)
+		c.respIn.Advance(&h)
 		got++
 	}
-	poke = c.respIn.publish()
-	if c.reqIn.publish() { // what the last poll left to acknowledge
+	poke = c.respIn.Publish()
+	if c.reqIn.Publish() { // what the last poll left to acknowledge
 		poke = true
 	}
 	if c.stopped.Load() || !c.resp.CanReceive() {
@@ -59,7 +60,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	}
 	rnr, ackNow := false, false
 	for !c.peerFailed() { // a failed peer's requests are not executed: it flushed them
-		p, ok, err := c.reqIn.peek(&h)
+		p, ok, err := c.reqIn.Peek(&h)
 		if err != nil {
 			c.fail(err)
 			return false, got
@@ -67,7 +68,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 		if !ok {
 			break
 		}
-		ackNow = ackNow || h.flags&fAck != 0
+		ackNow = ackNow || h.Flags&fAck != 0
 		r := c.serve(&h, p, ho)
 		if r == hold || r == holdRNR {
 			c.held.Store(true)
@@ -78,7 +79,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 			poke = true
 			break
 		}
-		c.reqIn.advance(&h)
+		c.reqIn.Advance(&h)
 		c.nServed++
 		got++
 	}
@@ -93,18 +94,18 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
 	if !ackNow && c.deferAck(got, rnr) {
-		atomicx.ReleaseU64(&c.ackable, c.reqIn.head)
-	} else if c.reqIn.publish() {
+		atomicx.ReleaseU64(&c.ackable, c.reqIn.Head)
+	} else if c.reqIn.Publish() {
 		poke = true
 	}
 	// The RNR is shown to the requester, which may give up (rnr_retry).
-	if pos := atomic.LoadUint64(c.mine.u64(offRNRPos)); rnr && pos != c.reqIn.head+1 {
-		atomic.StoreUint64(c.mine.u64(offRNRPos), c.reqIn.head+1)
+	if pos := atomic.LoadUint64(c.mine.U64(offRNRPos)); rnr && pos != c.reqIn.Head+1 {
+		atomic.StoreUint64(c.mine.U64(offRNRPos), c.reqIn.Head+1)
 		poke = true
 	} else if !rnr && pos != 0 {
-		atomic.StoreUint64(c.mine.u64(offRNRPos), 0)
+		atomic.StoreUint64(c.mine.U64(offRNRPos), 0)
 	}
-	if c.respOut.publish() || c.owePoke {
+	if c.respOut.Publish() || c.owePoke {
 		poke, c.owePoke = true, false
 	}
 	return poke, got
@@ -113,7 +114,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 // publishAckable publishes the acknowledgement a poll deferred, from any
 // goroutine: the head only moves forward, whoever publishes.
 func (c *conn) publishAckable() {
-	p := c.reqIn.c.head
+	p := c.reqIn.C.Head
 	for {
 		cur, v := atomic.LoadUint64(p), c.ackable.Load()
 		if v <= cur || atomic.CompareAndSwapUint64(p, cur, v) {
@@ -125,17 +126,17 @@ func (c *conn) publishAckable() {
 // deferAck reports whether the acknowledgement of the got requests just
 // consumed may wait for the next poll; consMu is held.
 func (c *conn) deferAck(got int, rnr bool) bool {
-	return got > 0 && !rnr && !c.stopped.Load() && c.polled.Load() && c.reqIn.head-c.reqIn.pub < uint64(len(c.reqIn.data)/4) &&
-		atomic.LoadUint32(c.reqIn.c.wait) == 0
+	return got > 0 && !rnr && !c.stopped.Load() && c.polled.Load() && c.reqIn.Head-c.reqIn.Pub < uint64(len(c.reqIn.Data)/4) &&
+		atomic.LoadUint32(c.reqIn.C.Wait) == 0
 }
 
 // nak refuses the request at the consumer's position with status st (for
 // the requester) and stops consuming; the caller moves the QP to ERR.
 func (c *conn) nak(st verbs.WCStatus) int {
-	c.reqIn.publish() // the requests before it are done: head first
-	atomic.StoreUint32(c.mine.u32(offNakSt), uint32(st))
-	raceRelease()
-	atomic.StoreUint64(c.mine.u64(offNakPos), c.reqIn.head+1)
+	c.reqIn.Publish() // the requests before it are done: head first
+	atomic.StoreUint32(c.mine.U32(offNakSt), uint32(st))
+	ring.RaceRelease()
+	atomic.StoreUint64(c.mine.U64(offNakPos), c.reqIn.Head+1)
 	c.stopped.Store(true)
 	return stop
 }
@@ -193,20 +194,20 @@ func (c *conn) protoErr() int {
 }
 
 // serve executes one request record as the responder.
-func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
+func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 	q := c.resp
-	switch h.kind {
+	switch h.Kind {
 	case recSend:
-		if h.flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.rx.active {
+		if h.Flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.rx.active {
 			// A whole message: the engine's one-step delivery.
-			if h.n != h.total {
+			if h.N != h.Total {
 				return c.protoErr()
 			}
-			wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
-			if h.flags&fImm != 0 {
-				wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
+			wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.Total}
+			if h.Flags&fImm != 0 {
+				wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.Imm
 			}
-			ok, st := q.Deliver(p, &wc, h.flags&fSolicited != 0, ho)
+			ok, st := q.Deliver(p, &wc, h.Flags&fSolicited != 0, ho)
 			switch {
 			case !ok:
 				return holdRNR
@@ -217,22 +218,22 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 			}
 			return served
 		}
-		if h.flags&fFirst != 0 {
+		if h.Flags&fFirst != 0 {
 			if c.rx.active {
 				return c.protoErr()
 			}
-			if r := c.startRecv(h.total); r != served {
+			if r := c.startRecv(h.Total); r != served {
 				return r
 			}
 		} else if !c.rx.active {
 			return c.protoErr()
 		}
-		if h.total != c.rx.total || uint64(h.n) > uint64(c.rx.total-c.rx.off) {
+		if h.Total != c.rx.total || uint64(h.N) > uint64(c.rx.total-c.rx.off) {
 			return c.protoErr()
 		}
 		engine.CopyInto(c.rx.dst, int(c.rx.off), p)
-		c.rx.off += h.n
-		if h.flags&fLast == 0 {
+		c.rx.off += h.N
+		if h.Flags&fLast == 0 {
 			return served
 		}
 		if c.rx.off != c.rx.total {
@@ -244,19 +245,19 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		return c.serveRef(h)
 
 	case recWrite:
-		if h.flags&fFirst != 0 && h.total > 0 {
+		if h.Flags&fFirst != 0 && h.Total > 0 {
 			// The whole range is checked on the first piece, as a
 			// responder checks the RETH of a write's first packet.
-			if _, f := q.Resolve(h.rkey, h.addr, h.total, verbs.AccessRemoteWrite); f != engine.FaultNone {
+			if _, f := q.Resolve(h.RKey, h.Addr, h.Total, verbs.AccessRemoteWrite); f != engine.FaultNone {
 				return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 			}
 		}
-		dst, f := q.Resolve(h.rkey, h.addr, h.n, verbs.AccessRemoteWrite)
+		dst, f := q.Resolve(h.RKey, h.Addr, h.N, verbs.AccessRemoteWrite)
 		if f != engine.FaultNone {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
 		copy(dst, p)
-		if h.flags&(fLast|fImm) != fLast|fImm {
+		if h.Flags&(fLast|fImm) != fLast|fImm {
 			return served
 		}
 		return c.immediate(h)
@@ -268,27 +269,27 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		if q.IRD() == 0 {
 			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
 		}
-		src, f := q.Resolve(h.rkey, h.addr, h.total, verbs.AccessRemoteRead)
+		src, f := q.Resolve(h.RKey, h.Addr, h.Total, verbs.AccessRemoteRead)
 		if f != engine.FaultNone {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
-		maxp := uint32(c.respOut.maxPayload())
+		maxp := uint32(c.respOut.MaxPayload())
 		for {
 			off := c.rx.respOff
-			n := min(maxp, h.total-off)
-			b := c.respReserve(recSize(int(n)))
+			n := min(maxp, h.Total-off)
+			b := c.respReserve(ring.Size(int(n)))
 			if b == nil {
 				return hold
 			}
-			r := rec{size: uint32(len(b)), kind: recReadResp, n: n, addr: uint64(off), total: h.total}
-			if off+n == h.total {
-				r.flags = fLast
+			r := ring.Rec{Size: uint32(len(b)), Kind: recReadResp, N: n, Addr: uint64(off), Total: h.Total}
+			if off+n == h.Total {
+				r.Flags = fLast
 			}
-			putRec(b, r)
-			copy(b[recHdr:], src[off:off+n])
-			c.respOut.commit(len(b))
+			ring.PutRec(b, r)
+			copy(b[ring.HdrLen:], src[off:off+n])
+			c.respOut.Commit(len(b))
 			c.rx.respOff += n
-			if c.rx.respOff == h.total {
+			if c.rx.respOff == h.Total {
 				break
 			}
 		}
@@ -300,13 +301,13 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
 		}
 		var f engine.Fault
-		if h.kind == recFlush {
-			f = q.Flush(h.rkey, h.addr, h.total, verbs.FlushType(h.imm))
+		if h.Kind == recFlush {
+			f = q.Flush(h.RKey, h.Addr, h.Total, verbs.FlushType(h.Imm))
 		} else {
 			if len(p) != 8 {
 				return c.protoErr()
 			}
-			f = q.AtomicWrite(h.rkey, h.addr, [8]byte(p))
+			f = q.AtomicWrite(h.RKey, h.Addr, [8]byte(p))
 		}
 		switch f {
 		case engine.FaultNone:
@@ -323,15 +324,15 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		if q.IRD() == 0 {
 			return c.fatal(verbs.WCRemInvReqErr, verbs.EventQPReqErr)
 		}
-		b := c.respReserve(recSize(8)) // room first: an atomic runs once
+		b := c.respReserve(ring.Size(8)) // room first: an atomic runs once
 		if b == nil {
 			return hold
 		}
 		op := verbs.WRAtomicFetchAndAdd
-		if h.flags&fCAS != 0 {
+		if h.Flags&fCAS != 0 {
 			op = verbs.WRAtomicCmpAndSwp
 		}
-		old, f := q.Atomic(h.rkey, h.addr, op, binary.NativeEndian.Uint64(p), binary.NativeEndian.Uint64(p[8:]))
+		old, f := q.Atomic(h.RKey, h.Addr, op, binary.NativeEndian.Uint64(p), binary.NativeEndian.Uint64(p[8:]))
 		switch f {
 		case engine.FaultNone:
 		case engine.FaultAlign:
@@ -339,10 +340,10 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 		default:
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
-		r := rec{size: uint32(len(b)), kind: recAtomicResp, flags: fLast, n: 8, total: 8}
-		putRec(b, r)
-		binary.NativeEndian.PutUint64(b[recHdr:], old) // the sink holds it in host order
-		c.respOut.commit(len(b))
+		r := ring.Rec{Size: uint32(len(b)), Kind: recAtomicResp, Flags: fLast, N: 8, Total: 8}
+		ring.PutRec(b, r)
+		binary.NativeEndian.PutUint64(b[ring.HdrLen:], old) // the sink holds it in host order
+		c.respOut.Commit(len(b))
 		return served
 	}
 	return c.protoErr()
@@ -350,81 +351,81 @@ func (c *conn) serve(h *rec, p []byte, ho *engine.Handoff) int {
 
 // serveRef receives a SEND by reference: a copy from the sender's region,
 // which we map. The mapping is the teardown's to unmap: it is used entered.
-func (c *conn) serveRef(h *rec) int {
+func (c *conn) serveRef(h *ring.Rec) int {
 	if !c.enter() {
 		return hold // the connection is going away
 	}
 	defer c.leave()
 	c.mapMu.Lock()
-	r := c.srcs[h.rkey]
+	r := c.srcs[h.RKey]
 	c.mapMu.Unlock()
 	if r == nil {
 		return hold // the offer is on its way over the socket
 	}
-	if r.fallback || h.addr < r.base || uint64(h.total) > uint64(len(r.mem)) || h.addr-r.base > uint64(len(r.mem))-uint64(h.total) || c.rx.active {
+	if r.fallback || h.Addr < r.base || uint64(h.Total) > uint64(len(r.mem)) || h.Addr-r.base > uint64(len(r.mem))-uint64(h.Total) || c.rx.active {
 		return c.protoErr()
 	}
-	if r := c.startRecv(h.total); r != served {
+	if r := c.startRecv(h.Total); r != served {
 		return r
 	}
 	if !r.acquire() {
 		// The sender deregistered the region of a SEND in flight.
 		return c.recvErr(verbs.WCGeneralErr, verbs.WCRemOpErr)
 	}
-	engine.CopyInto(c.rx.dst, 0, r.at(h.addr, h.total))
+	engine.CopyInto(c.rx.dst, 0, r.at(h.Addr, h.Total))
 	r.release()
 	return c.finishRecv(h)
 }
 
 // finishRecv completes the SEND received into c.rx.
-func (c *conn) finishRecv(h *rec) int {
-	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.total}
+func (c *conn) finishRecv(h *ring.Rec) int {
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.Total}
 	switch {
-	case h.flags&fImm != 0:
-		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.imm
-	case h.flags&fInv != 0:
-		if c.resp.Invalidate(h.imm) != engine.FaultNone {
+	case h.Flags&fImm != 0:
+		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, h.Imm
+	case h.Flags&fInv != 0:
+		if c.resp.Invalidate(h.Imm) != engine.FaultNone {
 			return c.recvErr(verbs.WCLocQPOpErr, verbs.WCRemInvReqErr)
 		}
-		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.imm
+		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.Imm
 	}
 	c.rx.active = false
-	c.resp.CompleteRecv(c.rx.rc, &wc, h.flags&fSolicited != 0)
+	c.resp.CompleteRecv(c.rx.rc, &wc, h.Flags&fSolicited != 0)
 	return served
 }
 
 // immediate delivers the immediate data of an RDMA WRITE WITH IMM, which
 // consumes a receive.
-func (c *conn) immediate(h *rec) int {
+func (c *conn) immediate(h *ring.Rec) int {
 	rc, ok := c.resp.TakeRecv()
 	if !ok {
 		return holdRNR
 	}
-	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: c.peerQPN, ByteLen: h.total, Flags: verbs.WCFlagWithImm, ImmData: h.imm}
-	c.resp.CompleteRecv(rc, &wc, h.flags&fSolicited != 0)
+	wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: c.peerQPN, ByteLen: h.Total, Flags: verbs.WCFlagWithImm, ImmData: h.Imm}
+	c.resp.CompleteRecv(rc, &wc, h.Flags&fSolicited != 0)
 	return served
 }
 
 // respReserve reserves room in the peer's response ring; when there is
 // none it asks the peer to poke us when it has consumed some.
 func (c *conn) respReserve(n int) []byte {
-	if b := c.respOut.reserve(n); b != nil {
+	if b := c.respOut.Reserve(n); b != nil {
 		return b
 	}
-	if c.respOut.publish() {
+	if c.respOut.Publish() {
 		c.owePoke = true
 	}
-	atomic.StoreUint32(c.respOut.c.wait, 1)
-	if c.respOut.refreshHead() != nil {
+	atomic.StoreUint32(c.respOut.C.Wait, 1)
+	if c.respOut.RefreshHead() != nil {
 		c.fail(errCorrupt)
 		return nil
 	}
-	return c.respOut.reserve(n)
+	return c.respOut.Reserve(n)
 }
 
 // response takes a READ response piece or an atomic result for the oldest
 // request waiting for one. It reports false when the connection failed.
-func (c *conn) response(h *rec, p []byte) bool {
+func (c *conn) response(h *ring.Rec, p []byte) bool {
 	e, ok := c.frontResp()
 	if !ok {
 		if c.stopped.Load() {
@@ -437,16 +438,16 @@ func (c *conn) response(h *rec, p []byte) bool {
 		return true // the sink may be reused since the flush: drop it
 	}
 	switch {
-	case h.kind == recReadResp && e.w.WR.Opcode == verbs.WRRDMARead:
-		if h.addr > uint64(e.w.Len) || uint64(h.n) > uint64(e.w.Len)-h.addr {
+	case h.Kind == recReadResp && e.w.WR.Opcode == verbs.WRRDMARead:
+		if h.Addr > uint64(e.w.Len) || uint64(h.N) > uint64(e.w.Len)-h.Addr {
 			c.protoErr()
 			return false
 		}
-		engine.CopyInto(e.dst, int(h.addr), p)
-		if h.flags&fLast != 0 {
+		engine.CopyInto(e.dst, int(h.Addr), p)
+		if h.Flags&fLast != 0 {
 			c.popResp(verbs.WCSuccess)
 		}
-	case h.kind == recAtomicResp && len(p) == 8 && (e.w.WR.Opcode == verbs.WRAtomicCmpAndSwp || e.w.WR.Opcode == verbs.WRAtomicFetchAndAdd):
+	case h.Kind == recAtomicResp && len(p) == 8 && (e.w.WR.Opcode == verbs.WRAtomicCmpAndSwp || e.w.WR.Opcode == verbs.WRAtomicFetchAndAdd):
 		engine.CopyInto(e.dst, 0, p)
 		c.popResp(verbs.WCSuccess)
 	default:

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -97,25 +98,25 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 		return ok, ok
 	}
 	// Not entered (see enter): it touches only the segments.
-	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.maxPayload() {
+	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.MaxPayload() {
 		return false, false
 	}
-	start := c.reqOut.tail // as transmit does: a pad or rewind that reserve makes is part of the request
-	c.reqOut.rewind(c.ackHead.Load())
-	b := c.reqOut.reserve(recSize(int(n)))
+	start := c.reqOut.Tail // as transmit does: a pad or rewind that reserve makes is part of the request
+	c.reqOut.Rewind(c.ackHead.Load())
+	b := c.reqOut.Reserve(ring.Size(int(n)))
 	if b == nil {
 		return false, false // no room (or a corrupt head, which the ordinary path reports)
 	}
 	flags, imm := msgFlags(wr)
 	flags |= fFirst | fLast | c.ackFlag(w)
 	c.tx = txState{seq: w.Seq(), start: start}
-	putHdr(b, uint32(len(b)), recSend, flags, n, imm, 0, 0, n)
-	engine.CopyFrom(b[recHdr:recHdr+n], payload, 0)
+	ring.PutHdr(b, uint32(len(b)), recSend, flags, n, imm, 0, 0, n)
+	engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], payload, 0)
 	c.expectAck(w, len(b))
-	c.reqOut.commit(len(b))
+	c.reqOut.Commit(len(b))
 	c.nRing++
 	c.nPosted++
-	if c.reqOut.publish() {
+	if c.reqOut.Publish() {
 		// The poke is a socket write, which may wait for the socket's
 		// lock: not under the QP's lock (DirectDone sends it).
 		c.pokeOwed.Store(true)
@@ -171,22 +172,22 @@ func (c *conn) DirectDone() {
 func (c *conn) transmit(w *engine.WQE) engine.Result {
 	q := c.req
 	resume := c.tx.busy && c.tx.seq == w.Seq()
-	if c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0 {
+	if c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0 {
 		// The peer consumes nothing more. The requests before this one
 		// complete first (one may be the refusal, whose status must come
 		// before the flush it causes); this one is the refused one if the
 		// peer stopped inside it, else it never reaches the peer.
 		c.checkAcks()
-		nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
+		nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
 		if resume && nakPos != 0 && nakPos-1 >= c.tx.start {
 			c.tx.busy = false
-			return engine.Fail(verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt))))
+			return engine.Fail(verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt))))
 		}
 		c.tx.busy = false
 		return engine.Fail(verbs.WCRetryExcErr)
 	}
 	if !resume {
-		c.tx = txState{seq: w.Seq(), start: c.reqOut.tail}
+		c.tx = txState{seq: w.Seq(), start: c.reqOut.Tail}
 	}
 	wr := &w.WR
 	switch wr.Opcode {
@@ -254,7 +255,7 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		if !ok {
 			return res
 		}
-		if r == nil || atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
+		if r == nil || atomic.LoadUint32(c.peer.U32(offIRD)) == 0 {
 			return c.ctlMsg(w, recAtomicWr, 0, 8, v[:])
 		}
 		if !r.acquire() {
@@ -303,11 +304,11 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 
 // peerStopped reports whether the peer's QP failed or refused a request.
 func (c *conn) peerStopped() bool {
-	return c.peerFailed() || atomic.LoadUint64(c.peer.u64(offNakPos)) != 0
+	return c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0
 }
 
 // peerFailed reports whether the peer's QP is in ERR (it consumes nothing).
-func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.u32(offState)) == stateErr }
+func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.U32(offState)) == stateErr }
 
 // direct decides how an RDMA operation on the peer's memory goes. It
 // returns the mapped region to access directly, or nil to go through the
@@ -351,17 +352,17 @@ func (c *conn) remoteAccess(rkey uint32, need verbs.AccessFlags, addr uint64, n 
 	}
 	// Anything the checks refuse goes through the peer, which reports the
 	// error as it reports any remote error.
-	if r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.u32(offAccess)))&need != need ||
+	if r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need != need ||
 		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) ||
-		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.u32(offIRD)) == 0 {
+		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.U32(offIRD)) == 0 {
 		return nil, viaPeer
 	}
 	// RC order: the peer executes earlier requests first.
-	if c.reqOut.tail != c.reqOut.head {
-		if c.reqOut.refreshHead() != nil {
+	if c.reqOut.Tail != c.reqOut.Head {
+		if c.reqOut.RefreshHead() != nil {
 			return nil, viaCorrupt
 		}
-		if c.reqOut.tail != c.reqOut.head {
+		if c.reqOut.Tail != c.reqOut.Head {
 			return nil, viaOrder
 		}
 	}
@@ -379,10 +380,10 @@ func (c *conn) direct8(w *engine.WQE, need verbs.AccessFlags) (*remote, engine.R
 
 // stall makes Send wait until the peer consumes from its request ring.
 func (c *conn) stall() engine.Result {
-	c.stallAt.Store(c.reqOut.head)
+	c.stallAt.Store(c.reqOut.Head)
 	c.stalled.Store(true)
-	atomic.StoreUint32(c.reqOut.c.wait, 1)
-	if atomic.LoadUint64(c.reqOut.c.head) != c.reqOut.head {
+	atomic.StoreUint32(c.reqOut.C.Wait, 1)
+	if atomic.LoadUint64(c.reqOut.C.Head) != c.reqOut.Head {
 		// It already did: a Resume during Send makes the engine retry.
 		c.stalled.Store(false)
 		c.req.Resume()
@@ -409,42 +410,42 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	if kind == recSend && !c.tx.busy && total >= refMin && len(c.src) == 1 && wr.Inline == nil && len(wr.SGList) == 1 && c.offered(wr.SGList[0].LKey) {
 		// Copied once: by the receiver, from our region, which it mapped.
-		b := c.reserve(recHdr)
+		b := c.reserve(ring.HdrLen)
 		if b == nil {
 			return c.stall()
 		}
-		h := rec{size: recHdr, kind: recSendRef, flags: flags | fFirst | fLast, imm: imm, addr: wr.SGList[0].Addr, rkey: wr.SGList[0].LKey, total: total}
-		putRec(b, h)
-		c.expectAck(w, recHdr)
-		c.reqOut.commit(recHdr)
+		h := ring.Rec{Size: ring.HdrLen, Kind: recSendRef, Flags: flags | fFirst | fLast, Imm: imm, Addr: wr.SGList[0].Addr, RKey: wr.SGList[0].LKey, Total: total}
+		ring.PutRec(b, h)
+		c.expectAck(w, ring.HdrLen)
+		c.reqOut.Commit(ring.HdrLen)
 		c.nRef++
 		return c.publishReq()
 	}
-	maxp := uint32(c.reqOut.maxPayload())
+	maxp := uint32(c.reqOut.MaxPayload())
 	c.tx.busy = true
 	for {
 		off := c.tx.off
 		n := min(maxp, total-off)
-		b := c.reserve(recSize(int(n)))
+		b := c.reserve(ring.Size(int(n)))
 		if b == nil {
-			if c.reqOut.publish() {
+			if c.reqOut.Publish() {
 				c.poke()
 			}
 			return c.stall()
 		}
-		h := rec{size: uint32(len(b)), kind: kind, flags: flags, n: n, imm: imm, addr: addr + uint64(off), rkey: rkey, total: w.Len}
+		h := ring.Rec{Size: uint32(len(b)), Kind: kind, Flags: flags, N: n, Imm: imm, Addr: addr + uint64(off), RKey: rkey, Total: w.Len}
 		if off == 0 {
-			h.flags |= fFirst
+			h.Flags |= fFirst
 		}
 		if off+n == total {
-			h.flags |= fLast
+			h.Flags |= fLast
 		}
-		putRec(b, h)
-		engine.CopyFrom(b[recHdr:recHdr+n], c.src, int(off))
+		ring.PutRec(b, h)
+		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], c.src, int(off))
 		if off+n == total {
 			c.expectAck(w, len(b))
 		}
-		c.reqOut.commit(len(b))
+		c.reqOut.Commit(len(b))
 		c.tx.off += n
 		if c.tx.off == total {
 			break
@@ -474,24 +475,24 @@ func msgFlags(wr *verbs.SendWR) (flags uint8, imm uint32) {
 // consumed (and so executed) it: FLUSH, ATOMIC_WRITE through the target.
 func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []byte) engine.Result {
 	wr := &w.WR
-	b := c.reserve(recSize(len(payload)))
+	b := c.reserve(ring.Size(len(payload)))
 	if b == nil {
 		return c.stall()
 	}
-	h := rec{size: uint32(len(b)), kind: kind, flags: fFirst | fLast | c.ackFlag(w), n: uint32(len(payload)), imm: imm, addr: wr.RemoteAddr, rkey: wr.RKey, total: total}
-	putRec(b, h)
-	copy(b[recHdr:], payload)
+	h := ring.Rec{Size: uint32(len(b)), Kind: kind, Flags: fFirst | fLast | c.ackFlag(w), N: uint32(len(payload)), Imm: imm, Addr: wr.RemoteAddr, RKey: wr.RKey, Total: total}
+	ring.PutRec(b, h)
+	copy(b[ring.HdrLen:], payload)
 	c.expectAck(w, len(b))
-	c.reqOut.commit(len(b))
+	c.reqOut.Commit(len(b))
 	c.nRing++
 	return c.publishReq()
 }
 
-// reserve is reqOut.reserve, checking the peer's head.
+// reserve is reqOut.Reserve, checking the peer's head.
 func (c *conn) reserve(n int) []byte {
-	c.reqOut.rewind(c.ackHead.Load())
-	b := c.reqOut.reserve(n)
-	if b == nil && c.reqOut.refreshHead() != nil {
+	c.reqOut.Rewind(c.ackHead.Load())
+	b := c.reqOut.Reserve(n)
+	if b == nil && c.reqOut.RefreshHead() != nil {
 		c.fail(errCorrupt)
 	}
 	return b
@@ -504,21 +505,21 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	if kind == recAtomicReq {
 		n = 16
 	}
-	b := c.reserve(recSize(n))
+	b := c.reserve(ring.Size(n))
 	if b == nil {
 		return c.stall()
 	}
-	h := rec{size: uint32(len(b)), kind: kind, flags: flags | fFirst | fLast, n: uint32(n), addr: wr.RemoteAddr, rkey: wr.RKey, total: w.Len}
-	putRec(b, h)
+	h := ring.Rec{Size: uint32(len(b)), Kind: kind, Flags: flags | fFirst | fLast, N: uint32(n), Addr: wr.RemoteAddr, RKey: wr.RKey, Total: w.Len}
+	ring.PutRec(b, h)
 	if kind == recAtomicReq {
-		binary.NativeEndian.PutUint64(b[recHdr:], wr.CompareAdd)
-		binary.NativeEndian.PutUint64(b[recHdr+8:], wr.Swap)
+		binary.NativeEndian.PutUint64(b[ring.HdrLen:], wr.CompareAdd)
+		binary.NativeEndian.PutUint64(b[ring.HdrLen+8:], wr.Swap)
 	}
 	// Waiting for its response before the commit: the stamp makes the
 	// request visible, and the response may come before this goroutine
 	// runs again. The sink stays resolved until then: addResp copies it.
-	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.tail + uint64(len(b)), dst: dst})
-	c.reqOut.commit(len(b))
+	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.Tail + uint64(len(b)), dst: dst})
+	c.reqOut.Commit(len(b))
 	c.nRing++
 	return c.publishReq()
 }
@@ -578,16 +579,16 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 // never come. An application that is not polling asks to be poked (one
 // that starts to wait later arms the same flag in wake).
 func (c *conn) expectAck(w *engine.WQE, n int) {
-	c.acks.push(w, w.Seq(), c.tx.start, c.reqOut.tail+uint64(n))
+	c.acks.push(w, w.Seq(), c.tx.start, c.reqOut.Tail+uint64(n))
 	if !c.polled.Load() {
-		atomic.StoreUint32(c.reqOut.c.wait, 1)
+		atomic.StoreUint32(c.reqOut.C.Wait, 1)
 	}
 }
 
 // publishReq publishes the committed records (pokes the peer if it asked)
 // for a request that completes later.
 func (c *conn) publishReq() engine.Result {
-	if c.reqOut.publish() {
+	if c.reqOut.Publish() {
 		c.poke()
 	}
 	return engine.ResultPending
@@ -600,7 +601,7 @@ func (c *conn) addResp(e pend) {
 	c.nresp.Add(1)
 	c.sqMu.Unlock()
 	if !c.polled.Load() {
-		atomic.StoreUint32(c.reqOut.c.wait, 1)
+		atomic.StoreUint32(c.reqOut.C.Wait, 1)
 	}
 }
 
@@ -615,11 +616,11 @@ func (c *conn) checkAcks() {
 	// error is what flushes the requests behind it.
 	c.ackMu.Lock()
 	failed := c.peerFailed()
-	nakPos := atomic.LoadUint64(c.peer.u64(offNakPos))
-	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.u32(offNakSt)))
-	head := atomic.LoadUint64(c.reqOut.c.head)
+	nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
+	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt)))
+	head := atomic.LoadUint64(c.reqOut.C.Head)
 	c.ackHead.Store(head)
-	raceAcquire()
+	ring.RaceAcquire()
 	c.sqMu.Lock()
 	ds := c.done1[:0]
 	hit := func(e *pend) bool { return nakPos != 0 && e.start <= nakPos-1 && nakPos-1 < e.end }
@@ -688,7 +689,7 @@ func (c *conn) checkRNR() {
 		return
 	}
 	c.ackMu.Lock()
-	pos := atomic.LoadUint64(c.peer.u64(offRNRPos))
+	pos := atomic.LoadUint64(c.peer.U64(offRNRPos))
 	h, t := c.acks.head.Load(), c.acks.tail.Load()
 	if pos == 0 || h == t {
 		c.ackMu.Unlock()
@@ -699,7 +700,7 @@ func (c *conn) checkRNR() {
 		c.ackMu.Unlock()
 		return
 	}
-	limit := time.Duration(retry) * engine.RNRDelay(uint8(atomic.LoadUint32(c.peer.u32(offMinRNR))))
+	limit := time.Duration(retry) * engine.RNRDelay(uint8(atomic.LoadUint32(c.peer.U32(offMinRNR))))
 	now := time.Now()
 	if c.rnrSeq != e.seq {
 		c.rnrSeq, c.rnrSince = e.seq, now

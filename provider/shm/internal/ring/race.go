@@ -1,6 +1,6 @@
 //go:build race
 
-package shm
+package ring
 
 import "sync/atomic"
 
@@ -11,5 +11,8 @@ import "sync/atomic"
 // side did before publishing.
 var raceClock atomic.Uint64
 
-func raceRelease() { raceClock.Add(1) }
-func raceAcquire() { raceClock.Add(0) }
+// RaceRelease marks a publication for the race detector.
+func RaceRelease() { raceClock.Add(1) }
+
+// RaceAcquire marks an observation of a publication for the race detector.
+func RaceAcquire() { raceClock.Add(0) }

@@ -1,6 +1,0 @@
-//go:build !race
-
-package shm
-
-func raceRelease() {}
-func raceAcquire() {}
