@@ -1,9 +1,10 @@
 package engine
 
 import (
-	"github.com/goverbs/goverbs/verbs"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // word64 returns the 8-byte word b[0:8] as a *uint64 for sync/atomic, if it

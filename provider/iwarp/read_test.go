@@ -1,11 +1,11 @@
 package iwarp_test
 
 import (
-	"github.com/goverbs/goverbs/provider/iwarp"
 	"testing"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 

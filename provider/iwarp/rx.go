@@ -10,10 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // stageSize bounds what one read may bring in ahead of the header being

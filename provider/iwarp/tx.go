@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // txSide is the transmit side of the stream. mu serialises whole messages:

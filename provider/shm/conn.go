@@ -2,7 +2,6 @@ package shm
 
 import (
 	"errors"
-	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"io"
 	"net"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -38,70 +38,11 @@ type conn struct {
 	users   atomic.Int64
 	closing atomic.Bool
 
-	// Send's state (the engine runs one Send at a time per QP).
-	reqOut  ring.Producer
-	sqCap   int // max_send_wr
-	tx      txState
-	src     [][]byte
-	dst     [][]byte
-	last    *remote // the last region used directly
-	stallAt atomic.Uint64
-	stalled atomic.Bool // Send stalled for ring space or ordering
-
-	// The consumer's state (consMu).
-	consMu  sync.Mutex
-	reqIn   ring.Consumer
-	respIn  ring.Consumer
-	respOut ring.Producer
-	rx      rxState
-	stopped atomic.Bool // our QP failed: consume nothing more
-	held    atomic.Bool // the request consumer waits (RNR, response ring full)
-	owePoke bool        // a publish asked for a poke not yet sent
-	// ackable is the request ring's head whose publication a poll deferred
-	// (see deferAck); Shutdown publishes it before the QP's failure.
-	ackable atomic.Uint64 // written with a release store (no handshake depends on it)
-
-	// Requests waiting for the peer (sqMu).
-	ackMu sync.Mutex // held while completing
-	sqMu  sync.Mutex
-	acks  ackRing      // done when the peer's head passes them
-	resps pendQ        // done when their response arrives
-	nresp atomic.Int32 // len(resps), read without the lock
-	// ackHead is the peer's head when checkAcks last looked: until it
-	// moves, nothing in acks can be done.
-	ackHead atomic.Uint64
-	// ackSkipped: a progress that delivered left the acks for later, and
-	// none has looked at them since.
-	ackSkipped atomic.Uint64
-	done1      []done // scratch for completions, used under sqMu
-
-	// Regions of the peer we map (mapMu): for RDMA (Send's), and the
-	// sources of its SENDs (the consumer's); replaced ones stay mapped until
-	// the teardown, since a goroutine may still hold them.
-	mapMu   sync.Mutex
-	maps    map[uint32]*remote
-	srcs    map[uint32]*remote
-	asking  map[uint32]bool
-	retired []*remote
-
-	// Regions of ours the peer maps (expMu).
-	expMu   sync.Mutex
-	exps    []*export
-	offers  map[uint32]*export // our SEND sources offered to the peer (nil: not mappable)
-	expDead bool
-
-	// Counters for tests and DebugStats: requests done directly, requests
-	// sent through the peer, request records this side served.
-	nDirect, nRing, nRef uint64 // Send's (one at a time, ordered by the engine's lock)
-	nPosted              uint64 // SENDs SendDirect put in the ring (also counted in nRing)
-	nPostedOneSided      uint64 // WRITEs and READs oneSidedDirect carried out (also counted in nDirect)
-	pokeOwed             atomic.Bool
-	nServed              uint64 // under consMu
-
-	// RNR retry: the request the peer holds for want of a receive, since when.
-	rnrSeq   uint64
-	rnrSince time.Time
-	rnrTimer *time.Timer
+	out     sender   // what Send writes into the peer's request ring (tx.go)
+	in      consumer // our rings, which we consume (rx.go)
+	wait    waiting  // our requests the peer has not finished (acks.go)
+	remotes remotes  // the peer's regions we map (regions.go)
+	exp     exports  // our regions the peer maps (exports.go)
 
 	polled atomic.Bool // the application polls (engine.Progressor.Polled)
 
@@ -113,20 +54,20 @@ type conn struct {
 
 func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int, rnr uint8) *conn {
 	c := &conn{ep: ep, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
-		maps: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, exps: make([]*export, mine.l.slots),
-		offers: map[uint32]*export{},
-		dying:  make(chan struct{}), done: make(chan struct{})}
+		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}},
+		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
+		dying:   make(chan struct{}), done: make(chan struct{})}
 	sq := ep.Attr().Cap.MaxSendWR
-	c.acks = newAckRing(sq)
-	c.sqCap = sq
+	c.wait.acks = newAckRing(sq)
+	c.out.sqCap = sq
 	l := mine.l
-	c.reqIn.Init(&mine.Segment, ctlReq, l.reqOff(), l.reqSize, mine.key(ctlReq))
-	c.respIn.Init(&mine.Segment, ctlResp, l.respOff(), l.respSize, mine.key(ctlResp))
-	c.reqOut.Init(&peer.Segment, ctlReq, l.reqOff(), l.reqSize, peer.key(ctlReq))
-	c.respOut.Init(&peer.Segment, ctlResp, l.respOff(), l.respSize, peer.key(ctlResp))
+	c.in.req.Init(&mine.Segment, ctlReq, l.reqOff(), l.reqSize, mine.key(ctlReq))
+	c.in.resp.Init(&mine.Segment, ctlResp, l.respOff(), l.respSize, mine.key(ctlResp))
+	c.out.ring.Init(&peer.Segment, ctlReq, l.reqOff(), l.reqSize, peer.key(ctlReq))
+	c.in.respOut.Init(&peer.Segment, ctlResp, l.respOff(), l.respSize, peer.key(ctlResp))
 	// Until the application polls, ask to be poked.
-	atomic.StoreUint32(c.reqIn.C.Sleep, 1)
-	atomic.StoreUint32(c.respIn.C.Sleep, 1)
+	atomic.StoreUint32(c.in.req.C.Sleep, 1)
+	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
 	atomic.StoreUint32(mine.U32(offIRD), uint32(ird))
 	return c
 }
@@ -247,37 +188,37 @@ func (c *conn) peerGone(err error) {
 // is left inside the segments when they are unmapped.
 func (c *conn) teardown() {
 	c.ep.Fail()
-	c.expMu.Lock()
-	for i, e := range c.exps {
+	c.exp.mu.Lock()
+	for i, e := range c.exp.slots {
 		if e != nil {
 			e.cancel()
-			c.exps[i] = nil
+			c.exp.slots[i] = nil
 		}
 	}
-	c.expDead = true
-	c.expMu.Unlock()
-	c.ackMu.Lock()
-	if c.rnrTimer != nil {
-		c.rnrTimer.Stop()
+	c.exp.dead = true
+	c.exp.mu.Unlock()
+	c.wait.mu.Lock()
+	if c.wait.rnrTimer != nil {
+		c.wait.rnrTimer.Stop()
 	}
-	c.ackMu.Unlock()
+	c.wait.mu.Unlock()
 	c.closing.Store(true)
 	for c.users.Load() != 0 {
 		time.Sleep(20 * time.Microsecond)
 	}
-	c.mapMu.Lock()
-	for _, m := range []map[uint32]*remote{c.maps, c.srcs} {
+	c.remotes.mu.Lock()
+	for _, m := range []map[uint32]*remote{c.remotes.rdma, c.remotes.srcs} {
 		for k, r := range m {
 			r.unmap()
 			delete(m, k)
 		}
 	}
-	for _, r := range c.retired {
+	for _, r := range c.remotes.retired {
 		r.unmap()
 	}
-	c.retired = nil
-	c.mapMu.Unlock()
-	c.last = nil
+	c.remotes.retired = nil
+	c.remotes.mu.Unlock()
+	c.out.last = nil
 	// The polls' idle checks, the acknowledgement checks and the direct
 	// SEND path read and write the segments without entering: the
 	// segments are retired, not unmapped, and the placeholders go with c.
@@ -312,8 +253,8 @@ func (c *conn) Polled(on bool) {
 		return
 	}
 	if c.enter() {
-		atomic.StoreUint32(c.reqIn.C.Sleep, 0)
-		atomic.StoreUint32(c.respIn.C.Sleep, 0)
+		atomic.StoreUint32(c.in.req.C.Sleep, 0)
+		atomic.StoreUint32(c.in.resp.C.Sleep, 0)
 		c.leave()
 	}
 }
@@ -330,13 +271,13 @@ func (c *conn) wake() {
 	if c.polled.Load() || !c.enter() {
 		return
 	}
-	atomic.StoreUint32(c.reqIn.C.Sleep, 1)
-	atomic.StoreUint32(c.respIn.C.Sleep, 1)
-	if c.outstanding() || c.stalled.Load() {
-		atomic.StoreUint32(c.reqOut.C.Wait, 1)
+	atomic.StoreUint32(c.in.req.C.Sleep, 1)
+	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
+	if c.outstanding() || c.out.stalled.Load() {
+		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}
-	if c.held.Load() {
-		atomic.StoreUint32(c.respOut.C.Wait, 1)
+	if c.in.held.Load() {
+		atomic.StoreUint32(c.in.respOut.C.Wait, 1)
 	}
 	c.leave()
 	c.progress(nil)
@@ -353,22 +294,22 @@ func (c *conn) progress(ho *engine.Handoff) {
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
-	if (c.held.Load() || !c.reqIn.Idle() || !c.respIn.Idle()) && c.consMu.TryLock() {
+	if (c.in.held.Load() || !c.in.req.Idle() || !c.in.resp.Idle()) && c.in.mu.TryLock() {
 		poke, got = c.consume(ho)
 		if got > 0 {
 			if f := testHookConsumed.Load(); f != nil {
 				(*f)(c)
 			}
 		}
-		c.consMu.Unlock()
+		c.in.mu.Unlock()
 		// An acknowledgement this poll deferred is published now if polled
 		// mode ended meanwhile: the goroutine that ended it (the engine's
 		// idle rule, or a Wait) found the consumer busy and could not. The unlock is a
 		// full fence: either that goroutine's progress came after it, or
 		// this load sees polled cleared.
-		if got > 0 && !c.polled.Load() && c.ackable.Load() > atomic.LoadUint64(c.reqIn.C.Head) {
+		if got > 0 && !c.polled.Load() && c.in.ackable.Load() > atomic.LoadUint64(c.in.req.C.Head) {
 			c.publishAckable()
-			poke = ring.Claim(c.reqIn.C.Wait) || poke
+			poke = ring.Claim(c.in.req.C.Wait) || poke
 		}
 	}
 	// After a delivery the application has a completion to take: the acks
@@ -377,26 +318,26 @@ func (c *conn) progress(ho *engine.Handoff) {
 	// is only a hint, written with plain stores.
 	acks := got == 0
 	if acks {
-		if c.ackSkipped.Load() != 0 {
-			atomicx.ReleaseU64(&c.ackSkipped, 0)
+		if c.wait.skipped.Load() != 0 {
+			atomicx.ReleaseU64(&c.wait.skipped, 0)
 		}
 	} else if c.outstanding() {
-		if acks = c.ackSkipped.Load() != 0; acks {
-			atomicx.ReleaseU64(&c.ackSkipped, 0)
+		if acks = c.wait.skipped.Load() != 0; acks {
+			atomicx.ReleaseU64(&c.wait.skipped, 0)
 		} else {
-			atomicx.ReleaseU64(&c.ackSkipped, 1)
+			atomicx.ReleaseU64(&c.wait.skipped, 1)
 		}
 	}
 	if acks && c.outstanding() {
-		if atomic.LoadUint64(c.reqOut.C.Head) != c.ackHead.Load() || c.peerStopped() {
+		if atomic.LoadUint64(c.out.ring.C.Head) != c.wait.ackHead.Load() || c.peerStopped() {
 			c.checkAcks()
 		}
 		if atomic.LoadUint64(c.peer.U64(offRNRPos)) != 0 {
 			c.checkRNR()
 		}
 	}
-	if c.stalled.Load() && (atomic.LoadUint64(c.reqOut.C.Head) != c.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0) {
-		c.stalled.Store(false)
+	if c.out.stalled.Load() && (atomic.LoadUint64(c.out.ring.C.Head) != c.out.stallAt.Load() || c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0) {
+		c.out.stalled.Store(false)
 		c.req.Resume()
 	}
 	if poke {
@@ -421,7 +362,7 @@ func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.
 
 // RecvPosted implements engine.Transport: a SEND waiting for a receive can go on.
 func (c *conn) RecvPosted() {
-	if c.held.Load() {
+	if c.in.held.Load() {
 		c.progress(nil)
 	}
 }
@@ -430,7 +371,7 @@ func (c *conn) RecvPosted() {
 // its peer, whose requests then fail; a QP reset or destroyed ends the
 // connection. It runs with the QP locked: it only sets flags and pokes.
 func (c *conn) Shutdown(destroyed bool) {
-	c.stopped.Store(true)
+	c.in.stopped.Store(true)
 	if c.enter() {
 		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
 		atomic.StoreUint32(c.mine.U32(offState), stateErr)

@@ -2,13 +2,32 @@ package shm
 
 import (
 	"encoding/binary"
-	"github.com/goverbs/goverbs/provider/shm/internal/ring"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
+
+// consumer is the responder's side of the connection: the rings of our
+// segment, consumed by whichever goroutine holds mu (a poll, the socket
+// goroutine), and the response ring it produces into.
+type consumer struct {
+	mu      sync.Mutex
+	req     ring.Consumer
+	resp    ring.Consumer
+	respOut ring.Producer
+	msg     rxState
+	stopped atomic.Bool // our QP failed: consume nothing more
+	held    atomic.Bool // the request consumer waits (RNR, response ring full)
+	owePoke bool        // a publish asked for a poke not yet sent
+	// ackable is the request ring's head whose publication a poll deferred
+	// (see deferAck); Shutdown publishes it before the QP's failure.
+	ackable atomic.Uint64 // written with a release store (no handshake depends on it)
+	nServed uint64        // request records served (tests)
+}
 
 // rxState is the request consumer's state across records.
 type rxState struct {
@@ -34,7 +53,7 @@ const (
 func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	var h ring.Rec
 	for {
-		p, ok, err := c.respIn.Peek(&h)
+		p, ok, err := c.in.resp.Peek(&h)
 		if err != nil {
 			c.fail(err)
 			return false, got
@@ -45,22 +64,22 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 		if !c.response(&h, p) {
 			return false, got
 		}
-		c.respIn.Advance(&h)
+		c.in.resp.Advance(&h)
 		got++
 	}
-	poke = c.respIn.Publish()
-	if c.reqIn.Publish() { // what the last poll left to acknowledge
+	poke = c.in.resp.Publish()
+	if c.in.req.Publish() { // what the last poll left to acknowledge
 		poke = true
 	}
-	if c.stopped.Load() || !c.resp.CanReceive() {
+	if c.in.stopped.Load() || !c.resp.CanReceive() {
 		return poke, got
 	}
-	if c.held.Load() {
-		c.held.Store(false)
+	if c.in.held.Load() {
+		c.in.held.Store(false)
 	}
 	rnr, ackNow := false, false
 	for !c.peerFailed() { // a failed peer's requests are not executed: it flushed them
-		p, ok, err := c.reqIn.Peek(&h)
+		p, ok, err := c.in.req.Peek(&h)
 		if err != nil {
 			c.fail(err)
 			return false, got
@@ -71,7 +90,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 		ackNow = ackNow || h.Flags&fAck != 0
 		r := c.serve(&h, p, ho)
 		if r == hold || r == holdRNR {
-			c.held.Store(true)
+			c.in.held.Store(true)
 			rnr = r == holdRNR
 			break
 		}
@@ -79,8 +98,8 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 			poke = true
 			break
 		}
-		c.reqIn.Advance(&h)
-		c.nServed++
+		c.in.req.Advance(&h)
+		c.in.nServed++
 		got++
 	}
 	// In polled mode the consumed requests are acknowledged (the head
@@ -94,19 +113,19 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
 	if !ackNow && c.deferAck(got, rnr) {
-		atomicx.ReleaseU64(&c.ackable, c.reqIn.Head)
-	} else if c.reqIn.Publish() {
+		atomicx.ReleaseU64(&c.in.ackable, c.in.req.Head)
+	} else if c.in.req.Publish() {
 		poke = true
 	}
 	// The RNR is shown to the requester, which may give up (rnr_retry).
-	if pos := atomic.LoadUint64(c.mine.U64(offRNRPos)); rnr && pos != c.reqIn.Head+1 {
-		atomic.StoreUint64(c.mine.U64(offRNRPos), c.reqIn.Head+1)
+	if pos := atomic.LoadUint64(c.mine.U64(offRNRPos)); rnr && pos != c.in.req.Head+1 {
+		atomic.StoreUint64(c.mine.U64(offRNRPos), c.in.req.Head+1)
 		poke = true
 	} else if !rnr && pos != 0 {
 		atomic.StoreUint64(c.mine.U64(offRNRPos), 0)
 	}
-	if c.respOut.Publish() || c.owePoke {
-		poke, c.owePoke = true, false
+	if c.in.respOut.Publish() || c.in.owePoke {
+		poke, c.in.owePoke = true, false
 	}
 	return poke, got
 }
@@ -114,9 +133,9 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 // publishAckable publishes the acknowledgement a poll deferred, from any
 // goroutine: the head only moves forward, whoever publishes.
 func (c *conn) publishAckable() {
-	p := c.reqIn.C.Head
+	p := c.in.req.C.Head
 	for {
-		cur, v := atomic.LoadUint64(p), c.ackable.Load()
+		cur, v := atomic.LoadUint64(p), c.in.ackable.Load()
 		if v <= cur || atomic.CompareAndSwapUint64(p, cur, v) {
 			return
 		}
@@ -126,18 +145,18 @@ func (c *conn) publishAckable() {
 // deferAck reports whether the acknowledgement of the got requests just
 // consumed may wait for the next poll; consMu is held.
 func (c *conn) deferAck(got int, rnr bool) bool {
-	return got > 0 && !rnr && !c.stopped.Load() && c.polled.Load() && c.reqIn.Head-c.reqIn.Pub < uint64(len(c.reqIn.Data)/4) &&
-		atomic.LoadUint32(c.reqIn.C.Wait) == 0
+	return got > 0 && !rnr && !c.in.stopped.Load() && c.polled.Load() && c.in.req.Head-c.in.req.Pub < uint64(len(c.in.req.Data)/4) &&
+		atomic.LoadUint32(c.in.req.C.Wait) == 0
 }
 
 // nak refuses the request at the consumer's position with status st (for
 // the requester) and stops consuming; the caller moves the QP to ERR.
 func (c *conn) nak(st verbs.WCStatus) int {
-	c.reqIn.Publish() // the requests before it are done: head first
+	c.in.req.Publish() // the requests before it are done: head first
 	atomic.StoreUint32(c.mine.U32(offNakSt), uint32(st))
 	ring.RaceRelease()
-	atomic.StoreUint64(c.mine.U64(offNakPos), c.reqIn.Head+1)
-	c.stopped.Store(true)
+	atomic.StoreUint64(c.mine.U64(offNakPos), c.in.req.Head+1)
+	c.in.stopped.Store(true)
 	return stop
 }
 
@@ -149,19 +168,19 @@ func (c *conn) fatal(st verbs.WCStatus, ev verbs.EventType) int {
 	return stop
 }
 
-// startRecv takes the receive a SEND of total bytes goes into (c.rx) and
+// startRecv takes the receive a SEND of total bytes goes into (c.in.msg) and
 // checks its buffers: served, holdRNR, or stop after recvErr.
 func (c *conn) startRecv(total uint32) int {
 	rc, ok := c.resp.TakeRecv()
 	if !ok {
 		return holdRNR
 	}
-	c.rx = rxState{active: true, rc: rc, total: total, dst: c.rx.dst[:0]}
+	c.in.msg = rxState{active: true, rc: rc, total: total, dst: c.in.msg.dst[:0]}
 	var st verbs.WCStatus
-	if c.rx.dst, st = c.resp.RecvSegments(rc, c.rx.dst); st != verbs.WCSuccess {
+	if c.in.msg.dst, st = c.resp.RecvSegments(rc, c.in.msg.dst); st != verbs.WCSuccess {
 		return c.recvErr(st, nakFor(st))
 	}
-	if engine.TotalLen(c.rx.dst) < int(total) {
+	if engine.TotalLen(c.in.msg.dst) < int(total) {
 		return c.recvErr(verbs.WCLocLenErr, nakFor(verbs.WCLocLenErr))
 	}
 	return served
@@ -181,8 +200,8 @@ func nakFor(st verbs.WCStatus) verbs.WCStatus {
 // requester with nst and fails the QP.
 func (c *conn) recvErr(st, nst verbs.WCStatus) int {
 	wc := verbs.WC{Opcode: verbs.WCRecv, Status: st, SrcQP: c.peerQPN}
-	c.resp.CompleteRecv(c.rx.rc, &wc, false)
-	c.rx.active = false
+	c.resp.CompleteRecv(c.in.msg.rc, &wc, false)
+	c.in.msg.active = false
 	c.nak(nst)
 	c.resp.Fail()
 	return stop
@@ -198,7 +217,7 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 	q := c.resp
 	switch h.Kind {
 	case recSend:
-		if h.Flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.rx.active {
+		if h.Flags&(fFirst|fLast|fInv) == fFirst|fLast && !c.in.msg.active {
 			// A whole message: the engine's one-step delivery.
 			if h.N != h.Total {
 				return c.protoErr()
@@ -219,24 +238,24 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 			return served
 		}
 		if h.Flags&fFirst != 0 {
-			if c.rx.active {
+			if c.in.msg.active {
 				return c.protoErr()
 			}
 			if r := c.startRecv(h.Total); r != served {
 				return r
 			}
-		} else if !c.rx.active {
+		} else if !c.in.msg.active {
 			return c.protoErr()
 		}
-		if h.Total != c.rx.total || uint64(h.N) > uint64(c.rx.total-c.rx.off) {
+		if h.Total != c.in.msg.total || uint64(h.N) > uint64(c.in.msg.total-c.in.msg.off) {
 			return c.protoErr()
 		}
-		engine.CopyInto(c.rx.dst, int(c.rx.off), p)
-		c.rx.off += h.N
+		engine.CopyInto(c.in.msg.dst, int(c.in.msg.off), p)
+		c.in.msg.off += h.N
 		if h.Flags&fLast == 0 {
 			return served
 		}
-		if c.rx.off != c.rx.total {
+		if c.in.msg.off != c.in.msg.total {
 			return c.protoErr()
 		}
 		return c.finishRecv(h)
@@ -273,9 +292,9 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 		if f != engine.FaultNone {
 			return c.fatal(verbs.WCRemAccessErr, verbs.EventQPAccessErr)
 		}
-		maxp := uint32(c.respOut.MaxPayload())
+		maxp := uint32(c.in.respOut.MaxPayload())
 		for {
-			off := c.rx.respOff
+			off := c.in.msg.respOff
 			n := min(maxp, h.Total-off)
 			b := c.respReserve(ring.Size(int(n)))
 			if b == nil {
@@ -287,13 +306,13 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 			}
 			ring.PutRec(b, r)
 			copy(b[ring.HdrLen:], src[off:off+n])
-			c.respOut.Commit(len(b))
-			c.rx.respOff += n
-			if c.rx.respOff == h.Total {
+			c.in.respOut.Commit(len(b))
+			c.in.msg.respOff += n
+			if c.in.msg.respOff == h.Total {
 				break
 			}
 		}
-		c.rx.respOff = 0
+		c.in.msg.respOff = 0
 		return served
 
 	case recFlush, recAtomicWr:
@@ -343,7 +362,7 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 		r := ring.Rec{Size: uint32(len(b)), Kind: recAtomicResp, Flags: fLast, N: 8, Total: 8}
 		ring.PutRec(b, r)
 		binary.NativeEndian.PutUint64(b[ring.HdrLen:], old) // the sink holds it in host order
-		c.respOut.Commit(len(b))
+		c.in.respOut.Commit(len(b))
 		return served
 	}
 	return c.protoErr()
@@ -356,13 +375,13 @@ func (c *conn) serveRef(h *ring.Rec) int {
 		return hold // the connection is going away
 	}
 	defer c.leave()
-	c.mapMu.Lock()
-	r := c.srcs[h.RKey]
-	c.mapMu.Unlock()
+	c.remotes.mu.Lock()
+	r := c.remotes.srcs[h.RKey]
+	c.remotes.mu.Unlock()
 	if r == nil {
 		return hold // the offer is on its way over the socket
 	}
-	if r.fallback || h.Addr < r.base || uint64(h.Total) > uint64(len(r.mem)) || h.Addr-r.base > uint64(len(r.mem))-uint64(h.Total) || c.rx.active {
+	if r.fallback || h.Addr < r.base || uint64(h.Total) > uint64(len(r.mem)) || h.Addr-r.base > uint64(len(r.mem))-uint64(h.Total) || c.in.msg.active {
 		return c.protoErr()
 	}
 	if r := c.startRecv(h.Total); r != served {
@@ -372,12 +391,12 @@ func (c *conn) serveRef(h *ring.Rec) int {
 		// The sender deregistered the region of a SEND in flight.
 		return c.recvErr(verbs.WCGeneralErr, verbs.WCRemOpErr)
 	}
-	engine.CopyInto(c.rx.dst, 0, r.at(h.Addr, h.Total))
+	engine.CopyInto(c.in.msg.dst, 0, r.at(h.Addr, h.Total))
 	r.release()
 	return c.finishRecv(h)
 }
 
-// finishRecv completes the SEND received into c.rx.
+// finishRecv completes the SEND received into c.in.msg.
 func (c *conn) finishRecv(h *ring.Rec) int {
 	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: c.peerQPN, ByteLen: h.Total}
 	switch {
@@ -389,8 +408,8 @@ func (c *conn) finishRecv(h *ring.Rec) int {
 		}
 		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, h.Imm
 	}
-	c.rx.active = false
-	c.resp.CompleteRecv(c.rx.rc, &wc, h.Flags&fSolicited != 0)
+	c.in.msg.active = false
+	c.resp.CompleteRecv(c.in.msg.rc, &wc, h.Flags&fSolicited != 0)
 	return served
 }
 
@@ -409,18 +428,18 @@ func (c *conn) immediate(h *ring.Rec) int {
 // respReserve reserves room in the peer's response ring; when there is
 // none it asks the peer to poke us when it has consumed some.
 func (c *conn) respReserve(n int) []byte {
-	if b := c.respOut.Reserve(n); b != nil {
+	if b := c.in.respOut.Reserve(n); b != nil {
 		return b
 	}
-	if c.respOut.Publish() {
-		c.owePoke = true
+	if c.in.respOut.Publish() {
+		c.in.owePoke = true
 	}
-	atomic.StoreUint32(c.respOut.C.Wait, 1)
-	if c.respOut.RefreshHead() != nil {
+	atomic.StoreUint32(c.in.respOut.C.Wait, 1)
+	if c.in.respOut.RefreshHead() != nil {
 		c.fail(errCorrupt)
 		return nil
 	}
-	return c.respOut.Reserve(n)
+	return c.in.respOut.Reserve(n)
 }
 
 // response takes a READ response piece or an atomic result for the oldest
@@ -428,13 +447,13 @@ func (c *conn) respReserve(n int) []byte {
 func (c *conn) response(h *ring.Rec, p []byte) bool {
 	e, ok := c.frontResp()
 	if !ok {
-		if c.stopped.Load() {
+		if c.in.stopped.Load() {
 			return true // flushed meanwhile
 		}
 		c.protoErr()
 		return false
 	}
-	if c.stopped.Load() {
+	if c.in.stopped.Load() {
 		return true // the sink may be reused since the flush: drop it
 	}
 	switch {

@@ -2,66 +2,32 @@ package shm
 
 import (
 	"encoding/binary"
-	"github.com/goverbs/goverbs/provider/shm/internal/ring"
-	"slices"
 	"sync/atomic"
-	"time"
 
-	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// pend is a request the peer has not finished yet.
-type pend struct {
-	w          *engine.WQE
-	seq        uint64
-	start, end uint64 // its records' positions in the peer's request ring
-	dst        [][]byte
-}
+// sender is the requester's side of the connection: what Send (one call
+// at a time per QP, ordered by the engine's lock) writes into the peer's
+// request ring, and the peer's regions it accesses directly.
+type sender struct {
+	ring    ring.Producer
+	sqCap   int // max_send_wr
+	cur     txState
+	src     [][]byte
+	dst     [][]byte
+	last    *remote // the last region used directly
+	stallAt atomic.Uint64
+	stalled atomic.Bool // Send stalled for ring space or ordering
+	// pokeOwed: SendDirect published records the peer asked to be poked for.
+	pokeOwed atomic.Bool
 
-// pendQ is a FIFO of requests waiting for their responses: a ring that
-// grows when full (a send queue's worth at most) and keeps each slot's
-// sink array, so that a request through the peer allocates nothing.
-type pendQ struct {
-	ring    []pend
-	head, n int
-}
-
-func (p *pendQ) len() int { return p.n }
-
-// push adds e, its sink copied into the slot's own array.
-func (p *pendQ) push(e pend) {
-	if p.n == len(p.ring) {
-		ring := make([]pend, max(4, 2*len(p.ring)))
-		for i := range p.n {
-			ring[i] = p.ring[(p.head+i)%len(p.ring)]
-		}
-		p.ring, p.head = ring, 0
-	}
-	s := &p.ring[(p.head+p.n)%len(p.ring)]
-	dst := append(s.dst[:0], e.dst...)
-	*s = e
-	s.dst = dst
-	p.n++
-}
-
-func (p *pendQ) front() *pend { return &p.ring[p.head] }
-
-// pop removes the oldest request; its slot keeps its sink array for the
-// next use (nothing else refers to it once the response is placed).
-func (p *pendQ) pop() {
-	s := &p.ring[p.head]
-	clear(s.dst)
-	s.w, s.dst = nil, s.dst[:0]
-	p.head = (p.head + 1) % len(p.ring)
-	p.n--
-}
-
-type done struct {
-	w   *engine.WQE
-	seq uint64
-	st  verbs.WCStatus
+	// Counters for tests: requests done directly, requests sent through the
+	// peer, SENDs by reference, SENDs SendDirect put in the ring (also in
+	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect).
+	nDirect, nRing, nRef, nPosted, nPostedOneSided uint64
 }
 
 // txState is how far Send got with a request it had to stall.
@@ -98,28 +64,28 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 		return ok, ok
 	}
 	// Not entered (see enter): it touches only the segments.
-	if n >= refMin || c.closing.Load() || c.tx.busy || c.peerStopped() || int(n) > c.reqOut.MaxPayload() {
+	if n >= refMin || c.closing.Load() || c.out.cur.busy || c.peerStopped() || int(n) > c.out.ring.MaxPayload() {
 		return false, false
 	}
-	start := c.reqOut.Tail // as transmit does: a pad or rewind that reserve makes is part of the request
-	c.reqOut.Rewind(c.ackHead.Load())
-	b := c.reqOut.Reserve(ring.Size(int(n)))
+	start := c.out.ring.Tail // as transmit does: a pad or rewind that reserve makes is part of the request
+	c.out.ring.Rewind(c.wait.ackHead.Load())
+	b := c.out.ring.Reserve(ring.Size(int(n)))
 	if b == nil {
 		return false, false // no room (or a corrupt head, which the ordinary path reports)
 	}
 	flags, imm := msgFlags(wr)
 	flags |= fFirst | fLast | c.ackFlag(w)
-	c.tx = txState{seq: w.Seq(), start: start}
+	c.out.cur = txState{seq: w.Seq(), start: start}
 	ring.PutHdr(b, uint32(len(b)), recSend, flags, n, imm, 0, 0, n)
 	engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], payload, 0)
 	c.expectAck(w, len(b))
-	c.reqOut.Commit(len(b))
-	c.nRing++
-	c.nPosted++
-	if c.reqOut.Publish() {
+	c.out.ring.Commit(len(b))
+	c.out.nRing++
+	c.out.nPosted++
+	if c.out.ring.Publish() {
 		// The poke is a socket write, which may wait for the socket's
 		// lock: not under the QP's lock (DirectDone sends it).
-		c.pokeOwed.Store(true)
+		c.out.pokeOwed.Store(true)
 	}
 	return true, false
 }
@@ -135,11 +101,11 @@ const oneSidedDirectMax = 64 << 10
 // path takes the request (and asks for the mapping, stalls, or lets the
 // peer refuse it). The send queue is idle (postDirect), so no Send
 // runs: like it, this is the one goroutine that uses the mappings and
-// c.last. Requests larger than oneSidedDirectMax go the ordinary path,
+// c.out.last. Requests larger than oneSidedDirectMax go the ordinary path,
 // whose copy does not hold the QP's lock (other posters and completions do
 // not wait for it), and whose own cost is small beside such a copy.
 func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need verbs.AccessFlags) bool {
-	if n == 0 || n > oneSidedDirectMax || c.tx.busy || !c.enter() {
+	if n == 0 || n > oneSidedDirectMax || c.out.cur.busy || !c.enter() {
 		return false
 	}
 	defer c.leave()
@@ -157,21 +123,21 @@ func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need v
 		engine.CopyFrom(r.at(addr, n), local, 0)
 	}
 	r.release()
-	c.nDirect++
-	c.nPostedOneSided++
+	c.out.nDirect++
+	c.out.nPostedOneSided++
 	return true
 }
 
 // DirectDone implements engine.DirectSender: the poke SendDirect owes.
 func (c *conn) DirectDone() {
-	if c.pokeOwed.Load() && c.pokeOwed.Swap(false) {
+	if c.out.pokeOwed.Load() && c.out.pokeOwed.Swap(false) {
 		c.poke()
 	}
 }
 
 func (c *conn) transmit(w *engine.WQE) engine.Result {
 	q := c.req
-	resume := c.tx.busy && c.tx.seq == w.Seq()
+	resume := c.out.cur.busy && c.out.cur.seq == w.Seq()
 	if c.peerFailed() || atomic.LoadUint64(c.peer.U64(offNakPos)) != 0 {
 		// The peer consumes nothing more. The requests before this one
 		// complete first (one may be the refusal, whose status must come
@@ -179,15 +145,15 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		// peer stopped inside it, else it never reaches the peer.
 		c.checkAcks()
 		nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
-		if resume && nakPos != 0 && nakPos-1 >= c.tx.start {
-			c.tx.busy = false
+		if resume && nakPos != 0 && nakPos-1 >= c.out.cur.start {
+			c.out.cur.busy = false
 			return engine.Fail(verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt))))
 		}
-		c.tx.busy = false
+		c.out.cur.busy = false
 		return engine.Fail(verbs.WCRetryExcErr)
 	}
 	if !resume {
-		c.tx = txState{seq: w.Seq(), start: c.reqOut.Tail}
+		c.out.cur = txState{seq: w.Seq(), start: c.out.ring.Tail}
 	}
 	wr := &w.WR
 	switch wr.Opcode {
@@ -202,7 +168,7 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 			return c.sendMsg(w, recWrite, wr.RKey, wr.RemoteAddr)
 		}
 		var st verbs.WCStatus
-		if c.src, st = q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+		if c.out.src, st = q.Payload(w, c.out.src[:0]); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 		if !r.acquire() {
@@ -210,18 +176,18 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		}
 		dst := r.at(wr.RemoteAddr, w.Len)
 		off := 0
-		for _, s := range c.src {
+		for _, s := range c.out.src {
 			off += copy(dst[off:], s)
 		}
 		r.release()
-		c.nDirect++
+		c.out.nDirect++
 		if wr.Opcode == verbs.WRRDMAWrite {
 			return engine.ResultOK
 		}
 		return c.sendMsg(w, recImm, 0, 0)
 	case verbs.WRRDMARead:
-		dst, st := q.Sink(w, c.dst[:0])
-		c.dst = dst
+		dst, st := q.Sink(w, c.out.dst[:0])
+		c.out.dst = dst
 		if st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
@@ -237,7 +203,7 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		}
 		engine.CopyInto(dst, 0, r.at(wr.RemoteAddr, w.Len))
 		r.release()
-		c.nDirect++
+		c.out.nDirect++
 		return engine.ResultOK
 	case verbs.WRFlush:
 		// Always through the target: it is the one that can write its
@@ -246,11 +212,11 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		return c.ctlMsg(w, recFlush, uint32(wr.FlushType), wr.FlushLen, nil)
 	case verbs.WRAtomicWrite:
 		var st verbs.WCStatus
-		if c.src, st = q.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+		if c.out.src, st = q.Payload(w, c.out.src[:0]); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 		var v [8]byte
-		engine.CopyFrom(v[:], c.src, 0)
+		engine.CopyFrom(v[:], c.out.src, 0)
 		r, res, ok := c.direct8(w, verbs.AccessRemoteWrite)
 		if !ok {
 			return res
@@ -266,11 +232,11 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		if !stored {
 			return c.ctlMsg(w, recAtomicWr, 0, 8, v[:])
 		}
-		c.nDirect++
+		c.out.nDirect++
 		return engine.ResultOK
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		dst, st := q.Sink(w, c.dst[:0])
-		c.dst = dst
+		dst, st := q.Sink(w, c.out.dst[:0])
+		c.out.dst = dst
 		if st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
@@ -290,7 +256,7 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		}
 		old, aligned := engine.AtomicAt(r.at(wr.RemoteAddr, 8), wr.Opcode, wr.CompareAdd, wr.Swap)
 		r.release()
-		c.nDirect++
+		c.out.nDirect++
 		if !aligned {
 			return engine.Fail(verbs.WCRemInvReqErr)
 		}
@@ -358,11 +324,11 @@ func (c *conn) remoteAccess(rkey uint32, need verbs.AccessFlags, addr uint64, n 
 		return nil, viaPeer
 	}
 	// RC order: the peer executes earlier requests first.
-	if c.reqOut.Tail != c.reqOut.Head {
-		if c.reqOut.RefreshHead() != nil {
+	if c.out.ring.Tail != c.out.ring.Head {
+		if c.out.ring.RefreshHead() != nil {
 			return nil, viaCorrupt
 		}
-		if c.reqOut.Tail != c.reqOut.Head {
+		if c.out.ring.Tail != c.out.ring.Head {
 			return nil, viaOrder
 		}
 	}
@@ -380,12 +346,12 @@ func (c *conn) direct8(w *engine.WQE, need verbs.AccessFlags) (*remote, engine.R
 
 // stall makes Send wait until the peer consumes from its request ring.
 func (c *conn) stall() engine.Result {
-	c.stallAt.Store(c.reqOut.Head)
-	c.stalled.Store(true)
-	atomic.StoreUint32(c.reqOut.C.Wait, 1)
-	if atomic.LoadUint64(c.reqOut.C.Head) != c.reqOut.Head {
+	c.out.stallAt.Store(c.out.ring.Head)
+	c.out.stalled.Store(true)
+	atomic.StoreUint32(c.out.ring.C.Wait, 1)
+	if atomic.LoadUint64(c.out.ring.C.Head) != c.out.ring.Head {
 		// It already did: a Resume during Send makes the engine retry.
-		c.stalled.Store(false)
+		c.out.stalled.Store(false)
 		c.req.Resume()
 	}
 	return engine.ResultStall
@@ -404,11 +370,11 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	var st verbs.WCStatus
 	if total > 0 {
-		if c.src, st = c.req.Payload(w, c.src[:0]); st != verbs.WCSuccess {
+		if c.out.src, st = c.req.Payload(w, c.out.src[:0]); st != verbs.WCSuccess {
 			return engine.Fail(st)
 		}
 	}
-	if kind == recSend && !c.tx.busy && total >= refMin && len(c.src) == 1 && wr.Inline == nil && len(wr.SGList) == 1 && c.offered(wr.SGList[0].LKey) {
+	if kind == recSend && !c.out.cur.busy && total >= refMin && len(c.out.src) == 1 && wr.Inline == nil && len(wr.SGList) == 1 && c.offered(wr.SGList[0].LKey) {
 		// Copied once: by the receiver, from our region, which it mapped.
 		b := c.reserve(ring.HdrLen)
 		if b == nil {
@@ -417,18 +383,18 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		h := ring.Rec{Size: ring.HdrLen, Kind: recSendRef, Flags: flags | fFirst | fLast, Imm: imm, Addr: wr.SGList[0].Addr, RKey: wr.SGList[0].LKey, Total: total}
 		ring.PutRec(b, h)
 		c.expectAck(w, ring.HdrLen)
-		c.reqOut.Commit(ring.HdrLen)
-		c.nRef++
+		c.out.ring.Commit(ring.HdrLen)
+		c.out.nRef++
 		return c.publishReq()
 	}
-	maxp := uint32(c.reqOut.MaxPayload())
-	c.tx.busy = true
+	maxp := uint32(c.out.ring.MaxPayload())
+	c.out.cur.busy = true
 	for {
-		off := c.tx.off
+		off := c.out.cur.off
 		n := min(maxp, total-off)
 		b := c.reserve(ring.Size(int(n)))
 		if b == nil {
-			if c.reqOut.Publish() {
+			if c.out.ring.Publish() {
 				c.poke()
 			}
 			return c.stall()
@@ -441,18 +407,18 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 			h.Flags |= fLast
 		}
 		ring.PutRec(b, h)
-		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], c.src, int(off))
+		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], c.out.src, int(off))
 		if off+n == total {
 			c.expectAck(w, len(b))
 		}
-		c.reqOut.Commit(len(b))
-		c.tx.off += n
-		if c.tx.off == total {
+		c.out.ring.Commit(len(b))
+		c.out.cur.off += n
+		if c.out.cur.off == total {
 			break
 		}
 	}
-	c.tx.busy = false
-	c.nRing++
+	c.out.cur.busy = false
+	c.out.nRing++
 	return c.publishReq()
 }
 
@@ -483,16 +449,16 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	ring.PutRec(b, h)
 	copy(b[ring.HdrLen:], payload)
 	c.expectAck(w, len(b))
-	c.reqOut.Commit(len(b))
-	c.nRing++
+	c.out.ring.Commit(len(b))
+	c.out.nRing++
 	return c.publishReq()
 }
 
 // reserve is reqOut.Reserve, checking the peer's head.
 func (c *conn) reserve(n int) []byte {
-	c.reqOut.Rewind(c.ackHead.Load())
-	b := c.reqOut.Reserve(n)
-	if b == nil && c.reqOut.RefreshHead() != nil {
+	c.out.ring.Rewind(c.wait.ackHead.Load())
+	b := c.out.ring.Reserve(n)
+	if b == nil && c.out.ring.RefreshHead() != nil {
 		c.fail(errCorrupt)
 	}
 	return b
@@ -518,239 +484,17 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 	// Waiting for its response before the commit: the stamp makes the
 	// request visible, and the response may come before this goroutine
 	// runs again. The sink stays resolved until then: addResp copies it.
-	c.addResp(pend{w: w, seq: w.Seq(), start: c.tx.start, end: c.reqOut.Tail + uint64(len(b)), dst: dst})
-	c.reqOut.Commit(len(b))
-	c.nRing++
+	c.addResp(pend{w: w, seq: w.Seq(), start: c.out.cur.start, end: c.out.ring.Tail + uint64(len(b)), dst: dst})
+	c.out.ring.Commit(len(b))
+	c.out.nRing++
 	return c.publishReq()
-}
-
-// ackRing holds the requests that complete when the peer's head passes
-// them: a single-producer (Send, which the engine runs one at a time)
-// single-consumer (checkAcks, under ackMu) ring, so that neither locks. It
-// never fills: each entry is a request in the send queue.
-type ackRing struct {
-	buf  []pend
-	mask uint64
-	// Written with release stores: each end only publishes (no Dekker
-	// handshake between them), and a locked store behind the record just
-	// written into the peer's ring would wait for that line to be taken
-	// from the peer's cache.
-	head, tail atomic.Uint64
-}
-
-func newAckRing(maxWR int) ackRing {
-	n := 1
-	for n < maxWR+1 {
-		n <<= 1
-	}
-	return ackRing{buf: make([]pend, n), mask: uint64(n - 1)}
-}
-
-// push adds a request ending at ring position end. The entry is written
-// in place, field by field: a pend built on the stack and copied would be
-// read back with wide loads over narrow stores (a store-forwarding stall).
-func (r *ackRing) push(w *engine.WQE, seq, start, end uint64) {
-	t := r.tail.Load()
-	e := &r.buf[t&r.mask]
-	e.w, e.seq, e.start, e.end, e.dst = w, seq, start, end, nil
-	atomicx.ReleaseU64(&r.tail, t+1)
-}
-
-// outstanding reports whether requests wait for the peer.
-func (c *conn) outstanding() bool {
-	return c.acks.tail.Load() != c.acks.head.Load() || c.nresp.Load() > 0
-}
-
-// ackFlag is fAck for a request whose acknowledgement someone waits for:
-// a signaled one, or any once half the send queue waits for acknowledgements
-// (unsignaled requests hold their slots until then).
-func (c *conn) ackFlag(w *engine.WQE) uint8 {
-	if w.Signaled() || c.acks.tail.Load()-c.acks.head.Load() >= uint64(c.sqCap/2) {
-		return fAck
-	}
-	return 0
-}
-
-// expectAck records w as completing when the peer's head passes the
-// record of n bytes about to be committed, its last. It comes before the
-// commit: the stamp makes the record visible, and the peer may consume it
-// and publish its head at once; an entry recorded after a checkAcks that
-// already saw that head would wait for the head's next move, which may
-// never come. An application that is not polling asks to be poked (one
-// that starts to wait later arms the same flag in wake).
-func (c *conn) expectAck(w *engine.WQE, n int) {
-	c.acks.push(w, w.Seq(), c.tx.start, c.reqOut.Tail+uint64(n))
-	if !c.polled.Load() {
-		atomic.StoreUint32(c.reqOut.C.Wait, 1)
-	}
 }
 
 // publishReq publishes the committed records (pokes the peer if it asked)
 // for a request that completes later.
 func (c *conn) publishReq() engine.Result {
-	if c.reqOut.Publish() {
+	if c.out.ring.Publish() {
 		c.poke()
 	}
 	return engine.ResultPending
-}
-
-// addResp records a request that completes with its response.
-func (c *conn) addResp(e pend) {
-	c.sqMu.Lock()
-	c.resps.push(e)
-	c.nresp.Add(1)
-	c.sqMu.Unlock()
-	if !c.polled.Load() {
-		atomic.StoreUint32(c.reqOut.C.Wait, 1)
-	}
-}
-
-// checkAcks completes the requests the peer has finished: by its head for
-// those that need no response, by its nak for the one it refused, and all
-// of them with RETRY_EXC_ERR when its QP failed.
-func (c *conn) checkAcks() {
-	// Read in the reverse order of the peer's writes (nak status, nak
-	// position, state; head before all): what is seen of a later write
-	// implies the earlier ones.
-	// One goroutine at a time completes, so that the refused request's
-	// error is what flushes the requests behind it.
-	c.ackMu.Lock()
-	failed := c.peerFailed()
-	nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
-	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt)))
-	head := atomic.LoadUint64(c.reqOut.C.Head)
-	c.ackHead.Store(head)
-	ring.RaceAcquire()
-	c.sqMu.Lock()
-	ds := c.done1[:0]
-	hit := func(e *pend) bool { return nakPos != 0 && e.start <= nakPos-1 && nakPos-1 < e.end }
-	for h, t := c.acks.head.Load(), c.acks.tail.Load(); h != t; h++ {
-		e := &c.acks.buf[h&c.acks.mask]
-		switch {
-		case hit(e):
-			ds = append(ds, done{e.w, e.seq, nakSt})
-		case head >= e.end:
-			ds = append(ds, done{e.w, e.seq, verbs.WCSuccess})
-		case failed || nakPos != 0:
-			ds = append(ds, done{e.w, e.seq, verbs.WCRetryExcErr})
-		default:
-			goto resps
-		}
-		atomicx.ReleaseU64(&c.acks.head, h+1)
-	}
-resps:
-	for c.resps.len() > 0 {
-		e := c.resps.front()
-		switch {
-		case hit(e):
-			ds = append(ds, done{e.w, e.seq, nakSt})
-		case failed || (nakPos != 0 && e.start > nakPos-1):
-			ds = append(ds, done{e.w, e.seq, verbs.WCRetryExcErr})
-		default:
-			goto out
-		}
-		c.resps.pop()
-		c.nresp.Add(-1)
-	}
-out:
-	// The two queues were walked one after the other; complete in the order
-	// the peer ended the requests: those it executed (they precede its
-	// refusal), then the refused one (its error flushes the rest), then the
-	// others.
-	rank := func(d done) int {
-		switch {
-		case d.st == verbs.WCSuccess:
-			return 0
-		case nakPos != 0 && d.st == nakSt:
-			return 1
-		}
-		return 2
-	}
-	slices.SortStableFunc(ds, func(a, b done) int { return rank(a) - rank(b) })
-	c.done1 = ds[:0]
-	c.sqMu.Unlock()
-	more := false
-	for _, d := range ds {
-		more = c.req.CompleteDeferred(d.w, d.seq, d.st) || more
-	}
-	c.ackMu.Unlock()
-	if more {
-		c.req.Transmit() // not under ackMu: Send may call checkAcks
-	}
-}
-
-// checkRNR gives up on a SEND the peer holds for want of a receive once
-// rnr_retry retries, min_rnr_timer apart (the peer's), would have failed:
-// RNR_RETRY_EXC_ERR, the QP fails, and the peer, seeing it, drops the SEND.
-// With rnr_retry 7 it waits for ever.
-func (c *conn) checkRNR() {
-	retry := c.req.RNRRetry()
-	if retry == 7 {
-		return
-	}
-	c.ackMu.Lock()
-	pos := atomic.LoadUint64(c.peer.U64(offRNRPos))
-	h, t := c.acks.head.Load(), c.acks.tail.Load()
-	if pos == 0 || h == t {
-		c.ackMu.Unlock()
-		return
-	}
-	e := c.acks.buf[h&c.acks.mask]
-	if pos-1 < e.start || pos-1 >= e.end {
-		c.ackMu.Unlock()
-		return
-	}
-	limit := time.Duration(retry) * engine.RNRDelay(uint8(atomic.LoadUint32(c.peer.U32(offMinRNR))))
-	now := time.Now()
-	if c.rnrSeq != e.seq {
-		c.rnrSeq, c.rnrSince = e.seq, now
-		if limit > 0 {
-			// Look again when the retries would have run out, polled or not.
-			if c.rnrTimer == nil {
-				c.rnrTimer = time.AfterFunc(limit, c.wake)
-			} else {
-				c.rnrTimer.Reset(limit)
-			}
-		}
-	}
-	if now.Sub(c.rnrSince) < limit {
-		c.ackMu.Unlock()
-		return
-	}
-	atomicx.ReleaseU64(&c.acks.head, h+1)
-	more := c.req.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
-	c.ackMu.Unlock()
-	if more {
-		c.req.Transmit()
-	}
-}
-
-// frontResp returns the oldest request waiting for a response.
-func (c *conn) frontResp() (pend, bool) {
-	c.sqMu.Lock()
-	defer c.sqMu.Unlock()
-	if c.resps.len() == 0 {
-		return pend{}, false
-	}
-	return *c.resps.front(), true
-}
-
-// popResp completes the oldest request waiting for a response.
-func (c *conn) popResp(st verbs.WCStatus) {
-	c.ackMu.Lock()
-	c.sqMu.Lock()
-	if c.resps.len() == 0 {
-		c.sqMu.Unlock()
-		c.ackMu.Unlock()
-		return
-	}
-	e := *c.resps.front()
-	c.resps.pop()
-	c.nresp.Add(-1)
-	c.sqMu.Unlock()
-	more := c.req.CompleteDeferred(e.w, e.seq, st)
-	c.ackMu.Unlock()
-	if more {
-		c.req.Transmit()
-	}
 }
