@@ -1,5 +1,5 @@
 module github.com/goverbs/goverbs
 
-go 1.26.8
+go 1.24.0
 
-require golang.org/x/sys v0.49.0
+require golang.org/x/sys v0.41.0

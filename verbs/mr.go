@@ -48,6 +48,20 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
 }
 
+// SGEOf returns the scatter/gather element for buf, which must lie inside
+// the region (a slice of Bytes). It returns ErrInvalid otherwise; an empty
+// buf gives an empty element at the region's start.
+func (mr *MR) SGEOf(buf []byte) (SGE, error) {
+	if len(buf) == 0 {
+		return SGE{Addr: mr.addr, LKey: mr.lkey}, nil
+	}
+	a := addrOf(buf)
+	if a < mr.addr || a-mr.addr > uint64(len(mr.buf)) || uint64(len(buf)) > uint64(len(mr.buf))-(a-mr.addr) {
+		return SGE{}, fmt.Errorf("%w: buffer is not inside the memory region", ErrInvalid)
+	}
+	return SGE{Addr: a, Length: uint32(len(buf)), LKey: mr.lkey}, nil
+}
+
 // RemoteAddr returns the address a peer uses for offset off of the region.
 func (mr *MR) RemoteAddr(off int) uint64 { return mr.addr + uint64(off) }
 
