@@ -173,6 +173,26 @@ type ID struct {
 
 	// UserData is free for the application (the id's context pointer).
 	UserData any
+
+	pcfg any // SetProviderConfig's
+}
+
+// SetProviderConfig gives the identifier's provider a configuration of its
+// own, for the Listen or Connect that follows (as rdma_set_option sets a
+// provider's options): a *iwarp.Config for a TCP address, a *shm.Config
+// for a unix: address; a configuration of another provider is ignored,
+// and nil means the provider's defaults. Requests a listener yields are
+// accepted with the listener's.
+func (id *ID) SetProviderConfig(cfg any) {
+	id.mu.Lock()
+	id.pcfg = cfg
+	id.mu.Unlock()
+}
+
+func (id *ID) providerConfig() any {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.pcfg
 }
 
 func newID(t cm.Transport, addr string) (*ID, error) {
@@ -389,6 +409,7 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	if err != nil {
 		return err
 	}
+	cp.Config = id.providerConfig()
 	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
 	if err != nil {
 		var rej *RejectedError
@@ -539,7 +560,7 @@ func (id *ID) Listen() error {
 	if id.state != stateIdle {
 		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
 	}
-	ln, err := id.tr.Listen(id.addr)
+	ln, err := id.tr.Listen(id.addr, id.pcfg)
 	if err != nil {
 		return err
 	}

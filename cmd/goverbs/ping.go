@@ -32,6 +32,7 @@ type pingOpts struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
+	pcfg            any // the provider's configuration (nil: its defaults)
 }
 
 func ping(args []string) error {
@@ -52,7 +53,7 @@ func ping(args []string) error {
 		return err
 	}
 	if *crc {
-		iwarp.DefaultConfig.CRC = true
+		o.pcfg = &iwarp.Config{CRC: true}
 	}
 	if o.server == o.client {
 		return errors.New("ping: give exactly one of -s and -c")
@@ -176,6 +177,7 @@ func pingClient(addr string, o *pingOpts) error {
 	if err != nil {
 		return err
 	}
+	id.SetProviderConfig(o.pcfg)
 	e := &pingEnd{o: o}
 	defer e.close()
 	if err := e.setup(id, true); err != nil {
@@ -233,8 +235,13 @@ func cstring(b []byte) []byte {
 }
 
 func pingServer(addr string, o *pingOpts) error {
-	ln, err := rdmacm.Listen(addr)
+	ln, err := rdmacm.CreateID(addr)
 	if err != nil {
+		return err
+	}
+	ln.SetProviderConfig(o.pcfg)
+	if err := ln.Listen(); err != nil {
+		ln.Close()
 		return err
 	}
 	defer ln.Close()

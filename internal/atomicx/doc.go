@@ -17,4 +17,3 @@
 // load of another word (a Dekker handshake: publish, then check whether the
 // consumer sleeps), use sync/atomic.
 package atomicx
-

@@ -30,6 +30,10 @@ type Params struct {
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.
 	Extensions bool
+	// Config is the transport's own configuration (*iwarp.Config,
+	// *shm.Config), or nil for its defaults; one of another transport is
+	// ignored. Dial only: a listener's comes with Listen.
+	Config any
 }
 
 // Transport is a provider's connection manager.
@@ -38,8 +42,9 @@ type Transport interface {
 	Name() string
 	// DeviceName is the verbs device whose QPs the transport connects.
 	DeviceName() string
-	// Listen starts accepting connection requests at addr.
-	Listen(addr string) (Listener, error)
+	// Listen starts accepting connection requests at addr, configured by
+	// cfg (see Params.Config).
+	Listen(addr string, cfg any) (Listener, error)
 	// Dial connects qp (on the transport's device, in RESET or INIT) to the
 	// listener at addr. On success the QP is in RTS. A rejection returns a
 	// *RejectedError; no answer in time returns an error wrapping ErrUnreachable.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -25,9 +26,19 @@ type MR struct {
 	// revokers are told when the keys stop working: a provider that gave
 	// another process direct access to the region (shm) withdraws it.
 	rmu      sync.Mutex
-	revokers map[uint64]func()
+	revokers map[uint64]Revoker
 	nextRev  uint64
 }
+
+// A Revoker withdraws a direct access to a region when its keys stop
+// working (MR.OnRevoke): it stops new accesses at once and returns a
+// function that waits, until at most deadline, for those in progress.
+type Revoker func() (wait func(deadline time.Time))
+
+// RevokeWait bounds how long deregistration (or a Send with Invalidate)
+// waits, in total, for the direct accesses in progress to end: every
+// revoker is told first, then all are waited for together.
+const RevokeWait = time.Second
 
 // Bytes returns the region's memory.
 func (mr *MR) Bytes() []byte { return mr.buf }
@@ -45,17 +56,20 @@ func (mr *MR) Access() verbs.AccessFlags { return mr.access }
 // OnRevoke registers f to run when the region's keys stop working
 // (deregistration or a Send with Invalidate), and returns a function that
 // unregisters it. f runs once, on the goroutine that revokes, after the
-// keys already fail; Dereg returns only after f returned. If the keys have
-// already stopped working, f runs at once.
-func (mr *MR) OnRevoke(f func()) (cancel func()) {
+// keys already fail; Dereg returns only after every revoker's wait
+// returned, all of them waited for together within RevokeWait. If the keys
+// have already stopped working, f and its wait run at once.
+func (mr *MR) OnRevoke(f Revoker) (cancel func()) {
 	mr.rmu.Lock()
 	if !mr.valid.Load() {
 		mr.rmu.Unlock()
-		f()
+		if wait := f(); wait != nil {
+			wait(time.Now().Add(RevokeWait))
+		}
 		return func() {}
 	}
 	if mr.revokers == nil {
-		mr.revokers = map[uint64]func(){}
+		mr.revokers = map[uint64]Revoker{}
 	}
 	id := mr.nextRev
 	mr.nextRev++
@@ -68,15 +82,23 @@ func (mr *MR) OnRevoke(f func()) (cancel func()) {
 	}
 }
 
-// revoke makes the keys fail and runs the revokers.
+// revoke makes the keys fail and runs the revokers: first all of them,
+// then their waits, with one deadline for all.
 func (mr *MR) revoke() {
 	mr.rmu.Lock()
 	mr.valid.Store(false)
 	fs := mr.revokers
 	mr.revokers = nil
 	mr.rmu.Unlock()
+	var waits []func(time.Time)
 	for _, f := range fs {
-		f()
+		if w := f(); w != nil {
+			waits = append(waits, w)
+		}
+	}
+	deadline := time.Now().Add(RevokeWait)
+	for _, w := range waits {
+		w(deadline)
 	}
 }
 

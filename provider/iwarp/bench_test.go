@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -14,7 +14,7 @@ func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
 	x = conformance.NewSide(b, open(b), verbs.QPTRC, o)
 	y = conformance.NewSide(b, open(b), verbs.QPTRC, o)
-	connect(b, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16}, cm.Params{IRD: 16, ORD: 16})
+	connect(b, x.QP, y.QP, iwarp.Params{IRD: 16, ORD: 16}, iwarp.Params{IRD: 16, ORD: 16})
 	return x, y
 }
 

@@ -24,10 +24,40 @@ func (transport) Name() string        { return "tcp" }
 func (transport) DeviceName() string  { return DeviceName }
 func (transport) MaxPrivateData() int { return wire.SiwMaxULPPrivate }
 
-func (transport) Listen(addr string) (cm.Listener, error) { return Listen(addr) }
+func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
+	c, _ := cfg.(*Config)
+	l, err := Listen(addr, c)
+	if err != nil {
+		return nil, err
+	}
+	return listener{l}, nil
+}
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := Dial(ctx, addr, qp, p)
+	c, _ := p.Config.(*Config)
+	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, Extensions: p.Extensions}, c)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// listener is a Listener as package cm sees it.
+type listener struct{ *Listener }
+
+func (l listener) Next(ctx context.Context) (cm.Request, error) {
+	r, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return request{r}, nil
+}
+
+// request is a Request as package cm sees it.
+type request struct{ *Request }
+
+func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD})
 	if err != nil {
 		return nil, err
 	}
@@ -94,14 +124,14 @@ func (x *Conn) Disconnect() error {
 // iWARP listener at addr (host:port) with an MPA Request carrying p. A
 // rejection returns a *cm.RejectedError with the peer's private data; a
 // refused TCP connection is a rejection too (as rdma_cm reports it); no
-// answer within DefaultConfig.ConnectTimeout or ctx's deadline is
+// answer within Config.ConnectTimeout or ctx's deadline is
 // cm.ErrUnreachable.
-func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, error) {
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Config) (*Conn, error) {
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
 	}
-	cfg := DefaultConfig
+	cfg := config.resolve()
 	if len(p.PrivateData) > wire.SiwMaxULPPrivate {
 		return nil, fmt.Errorf("%w: %d bytes of private data (at most %d)", verbs.ErrInvalid, len(p.PrivateData), wire.SiwMaxULPPrivate)
 	}
@@ -241,13 +271,14 @@ type Listener struct {
 	cfg Config
 }
 
-// Listen listens for MPA connection requests on the TCP address addr.
-func Listen(addr string) (*Listener, error) {
+// Listen listens for MPA connection requests on the TCP address addr,
+// configured by cfg (nil: the defaults).
+func Listen(addr string, cfg *Config) (*Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{cfg: DefaultConfig}
+	l := &Listener{cfg: cfg.resolve()}
 	l.acc = cm.NewAcceptor(ln, l.handshake, func(r *Request) { r.Reject(nil) })
 	return l, nil
 }
@@ -290,15 +321,6 @@ func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 	nc.SetReadDeadline(time.Time{})
 	ext := hasExt(&req)
 	return &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}, true
-}
-
-// Next waits for the next valid connection request.
-func (l *Listener) Next(ctx context.Context) (cm.Request, error) {
-	r, err := l.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 // Accept waits for the next valid connection request.
@@ -346,16 +368,7 @@ func (r *Request) answer() error {
 // Accept connects qp (an RC QP of iwarp0 in RESET or INIT) to the
 // requester with an MPA Reply carrying p. The QP is in RTS when Accept
 // returns; it transmits only after the requester's first FPDU, as MPA requires.
-func (r *Request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.AcceptConn(qp, p)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// AcceptConn is Accept returning the concrete type.
-func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
+func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err

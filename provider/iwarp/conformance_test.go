@@ -3,7 +3,6 @@ package iwarp_test
 import (
 	"testing"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
@@ -26,7 +25,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), Extensions: true}
+	p := iwarp.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), Extensions: true}
 	connect(t, a, b, p, p)
 	return nil
 }

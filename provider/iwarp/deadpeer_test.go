@@ -20,7 +20,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/iwarp"
@@ -63,7 +62,7 @@ func TestHelperPeer(t *testing.T) {
 	conformance.Fill(s.Buf[peerReadOff:], 11)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := iwarp.Dial(ctx, addr, s.QP, cm.Params{IRD: 16, ORD: 16}); err != nil {
+	if _, err := iwarp.Dial(ctx, addr, s.QP, iwarp.Params{IRD: 16, ORD: 16}, nil); err != nil {
 		t.Fatal(err)
 	}
 	hello := s.Buf[peerHelloOff : peerHelloOff+20]
@@ -101,7 +100,7 @@ func TestDeadPeerKilled(t *testing.T) {
 	})
 	toInit(t, s.QP)
 	s.MustPostRecv(t, s.Recv(1000, 0, 64), s.Recv(1001, 64, 64))
-	ln, err := iwarp.Listen("127.0.0.1:0")
+	ln, err := iwarp.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +135,7 @@ func TestDeadPeerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Accept: %v", err)
 	}
-	conn, err := req.AcceptConn(s.QP, cm.Params{IRD: 16, ORD: 16})
+	conn, err := req.Accept(s.QP, iwarp.Params{IRD: 16, ORD: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,14 +462,12 @@ func (p *blackHole) close() {
 // keepalive helps, cannot be shown with a peer whose kernel answers.)
 func TestDeadPeerBlackHole(t *testing.T) {
 	leakcheck.Check(t)
-	saved := iwarp.DefaultConfig
-	t.Cleanup(func() { iwarp.DefaultConfig = saved })
-	iwarp.DefaultConfig.DeadPeerTimeout = 2 * time.Second // read by Listen and Dial
+	cfg := &iwarp.Config{DeadPeerTimeout: 2 * time.Second} // for both ends
 
 	opts := conformance.PairOpts{BufSize: 4 << 20}
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, opts)
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, opts)
-	ln, err := iwarp.Listen("127.0.0.1:0")
+	ln, err := iwarp.Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,10 +487,10 @@ func TestDeadPeerBlackHole(t *testing.T) {
 			ch <- res{nil, err}
 			return
 		}
-		c, err := r.AcceptConn(b.QP, cm.Params{IRD: 4, ORD: 4})
+		c, err := r.Accept(b.QP, iwarp.Params{IRD: 4, ORD: 4})
 		ch <- res{c, err}
 	}()
-	ca, err := iwarp.Dial(ctx, proxy.ln.Addr().String(), a.QP, cm.Params{IRD: 4, ORD: 4})
+	ca, err := iwarp.Dial(ctx, proxy.ln.Addr().String(), a.QP, iwarp.Params{IRD: 4, ORD: 4}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/internal/wire"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -135,7 +135,7 @@ func FuzzReceive(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, crc bool, data []byte) {
 		leakcheck.Check(t)
-		r := startResponder(t, respOpts{crc: crc, ird: 4, ord: 4, accept: cm.Params{IRD: 4, ORD: 4}})
+		r := startResponder(t, respOpts{crc: crc, ird: 4, ord: 4, accept: iwarp.Params{IRD: 4, ORD: 4}})
 		s := r.side
 		for i := range fuzzRecvs {
 			s.MustPostRecv(t, s.Recv(uint64(i), i*fuzzRecvSz, fuzzRecvSz))

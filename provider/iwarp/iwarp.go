@@ -73,7 +73,7 @@
 // # Extensions between goverbs peers
 //
 // The extensions are offered only when the application asks
-// (cm.Params.Extensions, rdmacm.ConnParam.Extensions or
+// (Params.Extensions, rdmacm.ConnParam.Extensions or
 // Config.Extensions): the initiator marks its MPA Request with both RTR
 // offers of the RFC 6581 block (bits C and D) while leaving the P2P bit (A)
 // clear, and a goverbs responder answers a marked Request with a marked
@@ -109,30 +109,71 @@ import (
 // DeviceName is the name of the iWARP device.
 const DeviceName = "iwarp0"
 
-// Config holds the provider's tunables. Change it before making connections.
+// Config holds the provider's tunables for a listener (Listen) or a
+// connection (Dial); package rdmacm passes one through. A nil *Config, or
+// a zero field, means the default.
 type Config struct {
 	// CRC asks for MPA CRC32C on new connections (it is on when either side asks).
 	CRC bool
 	// MaxFPDU caps the size of transmitted FPDUs in bytes; 0 means the TCP MSS
 	// of the connection (siw's choice).
 	MaxFPDU int
-	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s).
+	// ConnectTimeout bounds the wait for the MPA Reply when the Dial
+	// context has no earlier deadline, and a responder's sending of its
+	// Reply (default 10 s, as siw).
 	ConnectTimeout time.Duration
-	// AcceptTimeout bounds the wait for an MPA Request after TCP accept (siw: 5 s).
+	// AcceptTimeout bounds the wait for an MPA Request after TCP accept
+	// (default 5 s, as siw).
 	AcceptTimeout time.Duration
-	// Extensions makes every Dial offer the RFC 7306 extensions (as
-	// cm.Params.Extensions does for one connection). Off by default: the
-	// offer is a mark in the MPA Request that siw does not ignore.
+	// Extensions makes Dial offer the RFC 7306 extensions whatever
+	// Params.Extensions says. Off by default: the offer is a mark in the
+	// MPA Request that siw does not ignore.
 	Extensions bool
 	// DeadPeerTimeout bounds how long a peer may stay silent while we have
 	// unacknowledged data or keepalive probes outstanding (TCP_USER_TIMEOUT
 	// and TCP keepalive): a peer that vanished without FIN or RST is
-	// detected within about this time, and the QP is flushed.
+	// detected within about this time, and the QP is flushed (default 10
+	// s; negative: TCP's own timeouts only, which take many minutes).
 	DeadPeerTimeout time.Duration
 }
 
-// DefaultConfig is the configuration new connections use.
-var DefaultConfig = Config{ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second, DeadPeerTimeout: 10 * time.Second}
+// Defaults of Config's fields.
+const (
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultAcceptTimeout   = 5 * time.Second
+	DefaultDeadPeerTimeout = 10 * time.Second
+)
+
+// resolve returns the configuration c stands for, defaults filled in.
+func (c *Config) resolve() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.ConnectTimeout <= 0 {
+		r.ConnectTimeout = DefaultConnectTimeout
+	}
+	if r.AcceptTimeout <= 0 {
+		r.AcceptTimeout = DefaultAcceptTimeout
+	}
+	if r.DeadPeerTimeout == 0 {
+		r.DeadPeerTimeout = DefaultDeadPeerTimeout
+	}
+	return r
+}
+
+// Params are a connection's parameters (rdma_conn_param's, as iWARP
+// carries them).
+type Params struct {
+	// PrivateData goes in the MPA Request (Dial) or Reply (Accept).
+	PrivateData []byte
+	// IRD (responder_resources): RDMA reads/atomics this side accepts
+	// outstanding; ORD (initiator_depth): those it issues. Both at most 128.
+	IRD, ORD int
+	// Extensions (Dial) offers the RFC 7306 extensions, which only goverbs
+	// peers speak; a goverbs responder answers an offer by itself.
+	Extensions bool
+}
 
 // maxIRDORD is siw's SIW_MAX_IRD_QP / SIW_MAX_ORD_QP.
 const maxIRDORD = 128

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/iwarp"
@@ -14,9 +13,9 @@ import (
 )
 
 // connect connects two RC QPs over loopback TCP: a dials, b accepts.
-func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *iwarp.Conn) {
+func connect(t testing.TB, a, b *verbs.QP, pa, pb iwarp.Params) (ca, cb *iwarp.Conn) {
 	t.Helper()
-	ln, err := iwarp.Listen("127.0.0.1:0")
+	ln, err := iwarp.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +33,10 @@ func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *iwarp.Conn
 			ch <- res{nil, err}
 			return
 		}
-		c, err := r.AcceptConn(b, pb)
+		c, err := r.Accept(b, pb)
 		ch <- res{c, err}
 	}()
-	ca, err = iwarp.Dial(ctx, ln.Addr().String(), a, pa)
+	ca, err = iwarp.Dial(ctx, ln.Addr().String(), a, pa, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +61,7 @@ func TestBasicOps(t *testing.T) {
 	leakcheck.Check(t)
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
-	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("hi"), Extensions: true}, cm.Params{IRD: 4, ORD: 4, PrivateData: []byte("yo")})
+	ca, cb := connect(t, a.QP, b.QP, iwarp.Params{IRD: 4, ORD: 4, PrivateData: []byte("hi"), Extensions: true}, iwarp.Params{IRD: 4, ORD: 4, PrivateData: []byte("yo")})
 	if string(ca.PrivateData()) != "yo" || string(cb.PrivateData()) != "hi" || !ca.Extensions() || !cb.Extensions() {
 		t.Fatalf("private data %q/%q ext %v/%v", ca.PrivateData(), cb.PrivateData(), ca.Extensions(), cb.Extensions())
 	}
@@ -117,7 +116,7 @@ func TestExtensionsOnlyWhenOffered(t *testing.T) {
 	leakcheck.Check(t)
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
-	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4}, cm.Params{IRD: 4, ORD: 4})
+	ca, cb := connect(t, a.QP, b.QP, iwarp.Params{IRD: 4, ORD: 4}, iwarp.Params{IRD: 4, ORD: 4})
 	if ca.Extensions() || cb.Extensions() {
 		t.Fatal("extensions negotiated although the initiator did not offer them")
 	}
@@ -144,7 +143,7 @@ func TestResponderSpeaksFirst(t *testing.T) {
 	leakcheck.Check(t)
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
-	connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4}, cm.Params{IRD: 4, ORD: 4})
+	connect(t, a.QP, b.QP, iwarp.Params{IRD: 4, ORD: 4}, iwarp.Params{IRD: 4, ORD: 4})
 	a.MustPostRecv(t, a.Recv(1, 0, 64))
 	conformance.Fill(b.Buf[:64], 3)
 	t0 := time.Now()
@@ -171,7 +170,7 @@ func TestLargeWriteBackpressure(t *testing.T) {
 	const n = 16 << 20
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{BufSize: n})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{BufSize: n + 4096})
-	connect(t, a.QP, b.QP, cm.Params{IRD: 4, ORD: 4}, cm.Params{IRD: 4, ORD: 4})
+	connect(t, a.QP, b.QP, iwarp.Params{IRD: 4, ORD: 4}, iwarp.Params{IRD: 4, ORD: 4})
 	conformance.Fill(a.Buf[:n], 11)
 	b.MustPostRecv(t, b.Recv(1, 0, 0))
 	a.MustPostSend(t,

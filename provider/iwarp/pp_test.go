@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
@@ -18,7 +17,7 @@ func TestPingPongPolled(t *testing.T) {
 	o := conformance.PairOpts{BufSize: 4096, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
 	x := conformance.NewSide(t, open(t), verbs.QPTRC, o)
 	y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
-	cx, cy := connect(t, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16}, cm.Params{IRD: 16, ORD: 16})
+	cx, cy := connect(t, x.QP, y.QP, iwarp.Params{IRD: 16, ORD: 16}, iwarp.Params{IRD: 16, ORD: 16})
 	// Few rounds: with one CPU (GOMAXPROCS=1) two spinning goroutines hand
 	// over only at preemption, every 10 ms.
 	n := 2000
@@ -135,6 +134,6 @@ func channelPair(t *testing.T) (x, y *conformance.Side, xq *verbs.QP, rcq *verbs
 	}
 	t.Cleanup(func() { xq.Destroy() })
 	y = conformance.NewSide(t, open(t), verbs.QPTRC, o)
-	connect(t, y.QP, xq, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1})
+	connect(t, y.QP, xq, iwarp.Params{IRD: 1, ORD: 1}, iwarp.Params{IRD: 1, ORD: 1})
 	return x, y, xq, rcq, ch
 }

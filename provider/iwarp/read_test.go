@@ -3,7 +3,6 @@ package iwarp_test
 import (
 	"testing"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
@@ -15,7 +14,7 @@ import (
 func TestReadsBackToBack(t *testing.T) {
 	a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{BufSize: 1 << 20})
 	b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{BufSize: 1 << 20})
-	ca, cb := connect(t, a.QP, b.QP, cm.Params{IRD: 1, ORD: 1}, cm.Params{IRD: 1, ORD: 1})
+	ca, cb := connect(t, a.QP, b.QP, iwarp.Params{IRD: 1, ORD: 1}, iwarp.Params{IRD: 1, ORD: 1})
 	for i := range 200 {
 		a.MustPostSend(t, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 65536)},
 			RemoteAddr: b.MR.RemoteAddr(0), RKey: b.MR.RKey()})

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/internal/wire"
@@ -152,9 +151,9 @@ func (p *rawPeer) readTerminate(t testing.TB) wire.TerminateInfo {
 
 // respOpts shapes a goverbs responder for a raw initiator.
 type respOpts struct {
-	crc      bool      // the raw peer asks for CRC
-	ird, ord int       // the raw peer's MPA v2 IRD and ORD
-	accept   cm.Params // goverbs' AcceptConn parameters
+	crc      bool         // the raw peer asks for CRC
+	ird, ord int          // the raw peer's MPA v2 IRD and ORD
+	accept   iwarp.Params // goverbs' AcceptConn parameters
 	pairOpts conformance.PairOpts
 }
 
@@ -171,7 +170,7 @@ type responder struct {
 func startResponder(t testing.TB, o respOpts) *responder {
 	t.Helper()
 	s := conformance.NewSide(t, open(t), verbs.QPTRC, o.pairOpts)
-	ln, err := iwarp.Listen("127.0.0.1:0")
+	ln, err := iwarp.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +188,7 @@ func startResponder(t testing.TB, o respOpts) *responder {
 			ch <- res{nil, err}
 			return
 		}
-		c, err := r.AcceptConn(s.QP, o.accept)
+		c, err := r.Accept(s.QP, o.accept)
 		ch <- res{c, err}
 	}()
 	raw := dialRaw(t, ln.Addr().String())
@@ -552,7 +551,7 @@ func TestTerminateSent(t *testing.T) {
 			case tc.ord > 0:
 				ord = tc.ord
 			}
-			r := startResponder(t, respOpts{crc: tc.crc, ird: 4, ord: ord, accept: cm.Params{IRD: ord, ORD: 4}})
+			r := startResponder(t, respOpts{crc: tc.crc, ird: 4, ord: ord, accept: iwarp.Params{IRD: ord, ORD: 4}})
 			s := r.side
 			if got := r.conn.IRD(); got != ord {
 				t.Fatalf("goverbs IRD %d, want %d", got, ord)
@@ -730,7 +729,7 @@ func TestTerminateReceived(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			r := startResponder(t, respOpts{ird: 4, ord: 4, accept: cm.Params{IRD: 4, ORD: 4}})
+			r := startResponder(t, respOpts{ird: 4, ord: 4, accept: iwarp.Params{IRD: 4, ORD: 4}})
 			s := r.side
 			s.MustPostRecv(t, s.Recv(100, 0, 64), s.Recv(101, 64, 64))
 			// MPA: the responder transmits only after the initiator's first
@@ -832,7 +831,7 @@ func TestMPARequestRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			ln, err := iwarp.Listen("127.0.0.1:0")
+			ln, err := iwarp.Listen("127.0.0.1:0", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -868,10 +867,7 @@ func TestMPARequestRefused(t *testing.T) {
 // dropped after AcceptTimeout.
 func TestMPASilentInitiator(t *testing.T) {
 	leakcheck.Check(t)
-	saved := iwarp.DefaultConfig
-	t.Cleanup(func() { iwarp.DefaultConfig = saved })
-	iwarp.DefaultConfig.AcceptTimeout = 200 * time.Millisecond
-	ln, err := iwarp.Listen("127.0.0.1:0") // the listener copies DefaultConfig
+	ln, err := iwarp.Listen("127.0.0.1:0", &iwarp.Config{AcceptTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

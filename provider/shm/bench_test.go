@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -20,7 +20,7 @@ func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 			b.Fatal(err)
 		}
 	}
-	connect(b, x.QP, y.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7}, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7})
+	connect(b, x.QP, y.QP, shm.Params{IRD: 16, ORD: 16, RNRRetry: 7}, shm.Params{IRD: 16, ORD: 16, RNRRetry: 7})
 	return x, y
 }
 

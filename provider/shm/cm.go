@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -32,11 +34,16 @@ const (
 	// 3: stamps keyed, records on cache lines).
 	protoVersion = 3
 	setupHdr     = 28
+
+	// whyCredentials: a reject by the listener itself, whose AllowPeer
+	// refused the dialer's credentials.
+	whyCredentials = 1
 )
 
 // setup is the body of hello, accept and reject.
 type setup struct {
 	typ      uint8
+	why      uint8 // reject: why (whyCredentials), 0 for the application's
 	ird, ord uint16
 	qpn      uint32
 	l        layout
@@ -46,6 +53,7 @@ type setup struct {
 func (s *setup) marshal() []byte {
 	b := make([]byte, setupHdr+len(s.pdata))
 	b[0] = s.typ
+	b[1] = s.why
 	binary.LittleEndian.PutUint16(b[4:], s.ird)
 	binary.LittleEndian.PutUint16(b[6:], s.ord)
 	binary.LittleEndian.PutUint32(b[8:], s.qpn)
@@ -65,6 +73,7 @@ func (s *setup) unmarshal(b []byte) error {
 		return errProto
 	}
 	s.typ = b[0]
+	s.why = b[1]
 	s.ird = binary.LittleEndian.Uint16(b[4:])
 	s.ord = binary.LittleEndian.Uint16(b[6:])
 	s.qpn = binary.LittleEndian.Uint32(b[8:])
@@ -119,49 +128,185 @@ func (transport) Name() string        { return "unix" }
 func (transport) DeviceName() string  { return DeviceName }
 func (transport) MaxPrivateData() int { return MaxPrivateData }
 
-func (transport) Listen(addr string) (cm.Listener, error) { return Listen(addr) }
+func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
+	c, _ := cfg.(*Config)
+	l, err := Listen(addr, c)
+	if err != nil {
+		return nil, err
+	}
+	return listener{l}, nil
+}
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	return Dial(ctx, addr, qp, p)
+	c, _ := p.Config.(*Config)
+	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry}, c)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// listener is a Listener as package cm sees it.
+type listener struct{ *Listener }
+
+func (l listener) Next(ctx context.Context) (cm.Request, error) {
+	r, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return request{r}, nil
+}
+
+// request is a Request as package cm sees it.
+type request struct{ *Request }
+
+func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func clampDepth(v int) uint16 { return uint16(max(0, min(v, maxIRDORD))) }
 
-// AcceptTimeout bounds the wait for a connection request after a socket
-// connection is accepted, and DialTimeout the wait for the answer when the
-// Dial context has no deadline.
-var (
-	AcceptTimeout = 5 * time.Second
-	DialTimeout   = 10 * time.Second
-)
-
 // Listener accepts connection requests on a Unix socket.
 type Listener struct {
-	acc *cm.Acceptor[*Request]
+	acc  *cm.Acceptor[*Request]
+	cfg  Config
+	path string      // the socket file, for a path address
+	ino  os.FileInfo // the socket file as created, to remove only ours
 }
 
 // Listen listens at addr: a socket path, or "@name" for a name in the
-// abstract namespace (no file; Linux).
-func Listen(addr string) (*Listener, error) {
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: addr, Net: "unixpacket"})
+// abstract namespace (no file; Linux), configured by cfg (nil: the
+// defaults). Only processes that cfg.AllowPeer allows may connect (by
+// default, those of this process's user). A path socket is created with
+// cfg.SocketMode (0600 by default) before anyone can reach it; a socket
+// file that a server which died left behind (nothing answers on it) is
+// replaced, while one that a live server listens on gives EADDRINUSE.
+func Listen(addr string, cfg *Config) (*Listener, error) {
+	l := &Listener{cfg: cfg.resolve()}
+	var ln *net.UnixListener
+	var err error
+	if addr == "" || addr[0] == '@' {
+		ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: addr, Net: "unixpacket"})
+	} else {
+		ln, l.ino, err = listenPath(addr, l.cfg.SocketMode)
+		l.path = addr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
 	}
-	return &Listener{acc: cm.NewAcceptor(ln, handshake, func(r *Request) { r.Reject(nil) })}, nil
+	l.acc = cm.NewAcceptor(ln, l.handshake, func(r *Request) { r.Reject(nil) })
+	return l, nil
+}
+
+// listenPath creates a listening socket at path with the given mode: it is
+// bound inside a fresh private directory next to path, given its mode, and
+// renamed into place, so that nobody can connect to it with other
+// permissions meanwhile. The rename replaces a stale socket (one nothing
+// answers on); a live one, or a file that is not a socket, is left alone.
+func listenPath(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, nil, fmt.Errorf("%w: %s exists and is not a socket", syscall.EADDRINUSE, path)
+		}
+		c, err := net.DialTimeout("unixpacket", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("%w: a server listens on %s", syscall.EADDRINUSE, path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil, fmt.Errorf("%w: %s: %v", syscall.EADDRINUSE, path, err)
+		}
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".goverbs-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln.SetUnlinkOnClose(false) // the listener removes the file at path itself
+	fi, err := func() (os.FileInfo, error) {
+		if err := os.Chmod(tmp, mode); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return nil, err
+		}
+		return os.Lstat(path)
+	}()
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	return ln, fi, nil
 }
 
 // Addr returns the listening address.
-func (l *Listener) Addr() net.Addr { return l.acc.Addr() }
+func (l *Listener) Addr() net.Addr {
+	if l.path != "" {
+		return &net.UnixAddr{Name: l.path, Net: "unixpacket"}
+	}
+	return l.acc.Addr()
+}
 
-// Close stops listening; requests not yet accepted are rejected.
-func (l *Listener) Close() error { return l.acc.Close() }
+// Close stops listening; requests not yet accepted are rejected. A socket
+// file is removed if it is still the one Listen created.
+func (l *Listener) Close() error {
+	err := l.acc.Close()
+	if l.path != "" {
+		if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.ino) {
+			os.Remove(l.path)
+		}
+	}
+	return err
+}
 
-// handshake reads a hello; a malformed one closes the socket.
-func handshake(nc net.Conn) (*Request, bool) {
+// peerCred returns the credentials of the process at the other end of uc.
+func peerCred(uc *net.UnixConn) (PeerCred, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return PeerCred{}, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return PeerCred{}, err
+	}
+	if cerr != nil {
+		return PeerCred{}, cerr
+	}
+	return PeerCred{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}, nil
+}
+
+// handshake reads the peer's hello and checks its credentials: a peer
+// that is not allowed is rejected (the segment it passed is closed
+// unmapped), a malformed hello closes the socket.
+func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 	uc := nc.(*net.UnixConn)
-	uc.SetReadDeadline(time.Now().Add(AcceptTimeout))
+	cred, cerr := peerCred(uc)
+	uc.SetReadDeadline(time.Now().Add(l.cfg.AcceptTimeout))
 	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
+	// The hello is read even from a peer that is refused: a socket closed
+	// with unread data resets the connection, and the peer would see that
+	// instead of the rejection.
 	msg, fds, err := readMsg(uc, buf, oob)
+	if cerr != nil || !l.cfg.AllowPeer(cred) {
+		closeFds(fds)
+		rej := setup{typ: msgReject, why: whyCredentials, l: defaultLayout}
+		uc.SetWriteDeadline(time.Now().Add(time.Second))
+		uc.Write(rej.marshal())
+		uc.Close()
+		return nil, false
+	}
 	var s setup
 	if err == nil {
 		err = s.unmarshal(msg)
@@ -172,16 +317,7 @@ func handshake(nc net.Conn) (*Request, bool) {
 		return nil, false
 	}
 	uc.SetReadDeadline(time.Time{})
-	return &Request{uc: uc, hello: s, fd: fds[0]}, true
-}
-
-// Next waits for the next valid connection request.
-func (l *Listener) Next(ctx context.Context) (cm.Request, error) {
-	r, err := l.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return &Request{uc: uc, hello: s, fd: fds[0], cred: cred, cfg: &l.cfg}, true
 }
 
 // Accept waits for the next valid connection request.
@@ -192,6 +328,8 @@ type Request struct {
 	uc       *net.UnixConn
 	hello    setup
 	fd       int // the requester's segment
+	cred     PeerCred
+	cfg      *Config
 	answered bool
 }
 
@@ -204,6 +342,9 @@ func (r *Request) IRD() int { return int(r.hello.ird) }
 // ORD returns the requester's initiator depth.
 func (r *Request) ORD() int { return int(r.hello.ord) }
 
+// PeerCred returns the credentials of the requesting process.
+func (r *Request) PeerCred() PeerCred { return r.cred }
+
 // LocalAddr returns the listening socket's address.
 func (r *Request) LocalAddr() net.Addr { return r.uc.LocalAddr() }
 
@@ -212,16 +353,7 @@ func (r *Request) RemoteAddr() net.Addr { return r.uc.RemoteAddr() }
 
 // Accept connects qp (RESET or INIT) to the requester; the QP is in RTS on
 // success. The negotiated ORD is at most the requester's IRD.
-func (r *Request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.AcceptConn(qp, p)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// AcceptConn is Accept returning the concrete connection.
-func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
+func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if r.answered {
 		return nil, fmt.Errorf("%w: request already answered", verbs.ErrInvalid)
 	}
@@ -255,7 +387,7 @@ func (r *Request) AcceptConn(qp *verbs.QP, p cm.Params) (*Conn, error) {
 		r.uc.Close()
 		return nil, fmt.Errorf("shm: accept: %w", err)
 	}
-	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), p.RNRRetry)
+	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), p.RNRRetry, r.cfg)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -282,7 +414,8 @@ func (r *Request) Reject(privateData []byte) error {
 // Dial connects qp (RESET or INIT) to the listener at addr (a path, or
 // "@name"); the QP is in RTS on success. A rejection returns a
 // *cm.RejectedError with the peer's private data.
-func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, error) {
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Config) (*Conn, error) {
+	cfg := config.resolve()
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
 		return nil, err
@@ -318,7 +451,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		dl = time.Now().Add(DialTimeout)
+		dl = time.Now().Add(cfg.DialTimeout)
 	}
 	uc.SetReadDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { uc.SetReadDeadline(time.Unix(1, 0)) })
@@ -339,6 +472,9 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	switch {
 	case rep.typ == msgReject:
 		closeFds(fds)
+		if rep.why == whyCredentials {
+			return fail(&cm.RejectedError{Reason: "the listener does not allow this process (its user id)"})
+		}
 		return fail(&cm.RejectedError{PrivateData: rep.pdata})
 	case rep.typ != msgAccept || len(fds) != 1 || rep.l != defaultLayout:
 		closeFds(fds)
@@ -351,7 +487,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (*Conn, e
 	}
 	uc.SetReadDeadline(time.Time{})
 	// Our ORD is bounded by the peer's IRD, its ORD by ours.
-	c := newConn(ep, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)), p.RNRRetry)
+	c := newConn(ep, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)), p.RNRRetry, &cfg)
 	if err := c.start(); err != nil {
 		return nil, err
 	}

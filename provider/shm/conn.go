@@ -32,6 +32,8 @@ type conn struct {
 	ird     int
 	ord     int
 	rnr     uint8 // rnr_retry
+	// noDirect: peers never map our regions (Config.NoDirectAccess)
+	noDirect bool
 
 	// users counts goroutines inside the segments; the teardown sets
 	// closing and waits for zero before unmapping.
@@ -52,8 +54,8 @@ type conn struct {
 	done  chan struct{}
 }
 
-func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int, rnr uint8) *conn {
-	c := &conn{ep: ep, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
+func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int, rnr uint8, cfg *Config) *conn {
+	c := &conn{ep: ep, noDirect: cfg.NoDirectAccess, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}},
 		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
 		dying:   make(chan struct{}), done: make(chan struct{})}

@@ -88,7 +88,7 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 	}
 	binary.LittleEndian.PutUint32(rep[4:], rkey)
 	fd = -1
-	if !DirectAccess {
+	if c.noDirect {
 		return rep, nil, fd, nil
 	}
 	if mr, f := c.resp.Region(rkey); f == engine.FaultNone {
@@ -115,7 +115,7 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 					e.key = rkey
 					exp = e
 					// Registered last: a region revoked meanwhile is revoked now.
-					cancel := mr.OnRevoke(func() { c.revoke(e) })
+					cancel := mr.OnRevoke(func() func(time.Time) { return c.revoke(e) })
 					c.exp.mu.Lock()
 					if c.exp.dead {
 						cancel() // the teardown ran meanwhile
@@ -158,20 +158,19 @@ func (c *conn) newExport() *export {
 }
 
 // errPeerHolds is the error of a connection whose peer did not release a
-// region within revokeTimeout of its revocation.
+// region within engine.RevokeWait of its revocation.
 var errPeerHolds = errors.New("shm: peer did not release a revoked region")
 
-const revokeTimeout = time.Second
-
-// revoke withdraws an export: no access starts after it, and it returns
-// when the accesses in progress have ended (an access is one memcpy or one
-// atomic instruction of the peer, so this is short unless the peer died
-// in the middle, which the socket reports).
-func (c *conn) revoke(e *export) {
+// revoke withdraws an export (an engine.Revoker): no access starts after
+// it, and the wait it returns ends when the accesses in progress have ended
+// (an access is one memcpy or one atomic instruction of the peer, so this
+// is short unless the peer stopped or died in the middle: at the deadline
+// the connection is failed).
+func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 	c.exp.mu.Lock()
 	defer c.exp.mu.Unlock()
 	if c.exp.dead || c.exp.slots[e.i] != e {
-		return
+		return nil
 	}
 	p := c.mine.slot(e.i)
 	for {
@@ -180,20 +179,26 @@ func (c *conn) revoke(e *export) {
 			break
 		}
 	}
-	deadline := time.Now().Add(revokeTimeout)
-	for uint32(atomic.LoadUint64(p)) != 0 {
-		if c.isDying() {
-			break
+	return func(deadline time.Time) {
+		for uint32(atomic.LoadUint64(p)) != 0 {
+			if c.isDying() {
+				break
+			}
+			if time.Now().After(deadline) {
+				go c.fail(errPeerHolds)
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
 		}
-		if time.Now().After(deadline) {
-			go c.fail(errPeerHolds)
-			break
+		ring.RaceAcquire()
+		c.exp.mu.Lock()
+		defer c.exp.mu.Unlock()
+		if c.exp.dead || c.exp.slots[e.i] != e {
+			return
 		}
-		time.Sleep(10 * time.Microsecond)
-	}
-	ring.RaceAcquire()
-	c.exp.slots[e.i] = nil
-	if c.exp.offers[e.key] == e {
-		delete(c.exp.offers, e.key) // a new registration under the key may be offered again
+		c.exp.slots[e.i] = nil
+		if c.exp.offers[e.key] == e {
+			delete(c.exp.offers, e.key) // a new registration under the key may be offered again
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/shm"
@@ -34,7 +33,7 @@ func pairOn(t *testing.T, memfd bool, size int) (a, b *conformance.Side, ca, cb 
 			t.Fatal(err)
 		}
 	}
-	p := cm.Params{IRD: 16, ORD: 16, RNRRetry: 7}
+	p := shm.Params{IRD: 16, ORD: 16, RNRRetry: 7}
 	x, y := connect(t, a.QP, b.QP, p, p)
 	return a, b, x, y
 }
@@ -182,7 +181,7 @@ func TestBlockingCompletions(t *testing.T) {
 	}
 	a, cha := mk(ca)
 	b, chb := mk(cb)
-	connect(t, a.QP, b.QP, cm.Params{RNRRetry: 7}, cm.Params{RNRRetry: 7})
+	connect(t, a.QP, b.QP, shm.Params{RNRRetry: 7}, shm.Params{RNRRetry: 7})
 	wait := func(s *conformance.Side, ch *verbs.CompChannel) verbs.WC {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -227,7 +226,7 @@ func TestBlockingCompletions(t *testing.T) {
 func TestCorruptRing(t *testing.T) {
 	leakcheck.Check(t)
 	a, b := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{}), conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
-	ca, cb := connect(t, a.QP, b.QP, cm.Params{RNRRetry: 7}, cm.Params{RNRRetry: 7})
+	ca, cb := connect(t, a.QP, b.QP, shm.Params{RNRRetry: 7}, shm.Params{RNRRetry: 7})
 	b.MustPostRecv(t, b.Recv(5, 0, 64))
 	ca.Corrupt()
 	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 5, verbs.WCWRFlushErr, 0)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/shm"
@@ -40,6 +39,9 @@ const regionSize = 4 << 20
 // dials, learns the parent's region the same way and writes into it
 // forever (the parent kills it).
 func child(role, addr string) error {
+	if role == "dial" {
+		return dialOnce(addr)
+	}
 	ctx, err := verbs.OpenDevice(shm.DeviceName)
 	if err != nil {
 		return err
@@ -72,11 +74,11 @@ func child(role, addr string) error {
 	if err := conformance.ToInit(qp, acc); err != nil {
 		return err
 	}
-	p := cm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(mr)}
+	p := shm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(mr)}
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if role == "writer" {
-		c, err := shm.Dial(cctx, addr, qp, p)
+		c, err := shm.Dial(cctx, addr, qp, p, nil)
 		if err != nil {
 			return err
 		}
@@ -100,7 +102,7 @@ func child(role, addr string) error {
 			}
 		}
 	}
-	ln, err := shm.Listen(addr)
+	ln, err := shm.Listen(addr, nil)
 	if err != nil {
 		return err
 	}
@@ -112,7 +114,7 @@ func child(role, addr string) error {
 	for i := range 8 {
 		qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{mr.SGE(regionSize-64<<10+i*4096, 4096)}}})
 	}
-	c, err := req.AcceptConn(qp, p)
+	c, err := req.Accept(qp, p)
 	if err != nil {
 		return err
 	}
@@ -178,7 +180,7 @@ func dialChild(t *testing.T, s *conformance.Side, addr string) *shm.Conn {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := shm.Dial(ctx, addr, s.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7})
+		c, err := shm.Dial(ctx, addr, s.QP, shm.Params{IRD: 16, ORD: 16, RNRRetry: 7}, nil)
 		cancel()
 		if err == nil {
 			t.Cleanup(func() { c.Disconnect(); <-c.Done() })
@@ -338,7 +340,7 @@ func TestKillWriterMidTransfer(t *testing.T) {
 	if err := conformance.ToInit(b.QP, conformance.DefaultRC.QPAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := shm.Listen(addr)
+	ln, err := shm.Listen(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +353,7 @@ func TestKillWriterMidTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.MustPostRecv(t, b.Recv(1, 0, 64))
-	c, err := req.AcceptConn(b.QP, cm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(b.MR)})
+	c, err := req.Accept(b.QP, shm.Params{IRD: 16, ORD: 16, RNRRetry: 7, PrivateData: regionDesc(b.MR)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,8 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"os"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
@@ -117,10 +119,80 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// DirectAccess lets peers map our regions that lie in AllocBuffers (the
-// fast path; see the package documentation on trust). It is read when a
-// peer first asks for a region; set it before connecting.
-var DirectAccess = true
+// Config configures a listener (Listen) or a connection (Dial); package
+// rdmacm passes one through. A nil *Config, or a zero field, means the
+// default.
+type Config struct {
+	// NoDirectAccess keeps peers from mapping our regions, even those in
+	// AllocBuffers: every RDMA operation of the peer then goes through us
+	// and is checked against our registrations (see Trust).
+	NoDirectAccess bool
+	// AcceptTimeout bounds the wait for a connection request after a socket
+	// connection is accepted (default 5 s).
+	AcceptTimeout time.Duration
+	// DialTimeout bounds the wait for the answer when the Dial context has
+	// no deadline (default 10 s).
+	DialTimeout time.Duration
+	// AllowPeer decides, from its credentials (SO_PEERCRED), whether a
+	// process may connect to a listener; the others are rejected before
+	// Accept sees them. Nil allows only processes of this process's user
+	// (uid): an abstract name (unix:@name) can be reached by every local
+	// user, a path by whoever its permissions allow.
+	AllowPeer func(PeerCred) bool
+	// SocketMode is the permission of a listener's socket file (a path
+	// address; default 0600: only this user may connect).
+	SocketMode os.FileMode
+}
+
+// Defaults of Config's fields.
+const (
+	DefaultAcceptTimeout = 5 * time.Second
+	DefaultDialTimeout   = 10 * time.Second
+	DefaultSocketMode    = os.FileMode(0o600)
+)
+
+// resolve returns the configuration c stands for, defaults filled in.
+func (c *Config) resolve() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.AcceptTimeout <= 0 {
+		r.AcceptTimeout = DefaultAcceptTimeout
+	}
+	if r.DialTimeout <= 0 {
+		r.DialTimeout = DefaultDialTimeout
+	}
+	if r.SocketMode == 0 {
+		r.SocketMode = DefaultSocketMode
+	}
+	if r.AllowPeer == nil {
+		uid := uint32(os.Getuid())
+		r.AllowPeer = func(p PeerCred) bool { return p.UID == uid }
+	}
+	return r
+}
+
+// PeerCred are the credentials of the process at the other end of a
+// connection, as the kernel recorded them when it connected (SO_PEERCRED).
+type PeerCred struct {
+	PID      int32
+	UID, GID uint32
+}
+
+// Params are a connection's parameters (rdma_conn_param's, as shm carries
+// them).
+type Params struct {
+	// PrivateData goes with the request (Dial), the accept or the reject,
+	// at most MaxPrivateData bytes.
+	PrivateData []byte
+	// IRD (responder_resources): RDMA reads/atomics this side accepts
+	// outstanding; ORD (initiator_depth): those it issues. At most 128.
+	IRD, ORD int
+	// RNRRetry is the QP's rnr_retry: how often a SEND that finds no
+	// receive is retried before it fails; 7 (or more) retries for ever.
+	RNRRetry uint8
+}
 
 // DeviceName is the name of the shared-memory device.
 const DeviceName = "shm0"

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
@@ -21,9 +20,9 @@ func addr() string {
 }
 
 // connect connects two RC QPs: a dials, b accepts.
-func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *shm.Conn) {
+func connect(t testing.TB, a, b *verbs.QP, pa, pb shm.Params) (ca, cb *shm.Conn) {
 	t.Helper()
-	ln, err := shm.Listen(addr())
+	ln, err := shm.Listen(addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +40,10 @@ func connect(t testing.TB, a, b *verbs.QP, pa, pb cm.Params) (ca, cb *shm.Conn) 
 			ch <- res{nil, err}
 			return
 		}
-		c, err := r.AcceptConn(b, pb)
+		c, err := r.Accept(b, pb)
 		ch <- res{c, err}
 	}()
-	ca, err = shm.Dial(ctx, ln.Addr().String(), a, pa)
+	ca, err = shm.Dial(ctx, ln.Addr().String(), a, pa, nil)
 	r := <-ch
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +87,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := cm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RnrRetry}
+	p := shm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RnrRetry}
 	connect(t, a, b, p, p)
 	return nil
 }
