@@ -9,9 +9,13 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// MR is a registered region. Its key is index<<8 | a random byte: the index
-// finds it in the device's table, the byte makes keys hard to guess and stale
-// keys of a deregistered region unlikely to name its successor.
+// MR is a registered region. Its key is a scrambled table index<<8 | a
+// random byte: the index finds it in the device's table, the byte makes
+// stale keys of a deregistered region unlikely to name its successor, and
+// the scrambling (a permutation keyed per device) makes the keys of other
+// regions impossible to infer from one a peer was given: a peer that
+// guesses needs about 2^32 / (regions) tries, as against a NIC's key
+// byte.
 type MR struct {
 	v      *verbs.MR
 	pd     *PD
@@ -157,12 +161,42 @@ type mrTable struct {
 	dir   [1 << 12]atomic.Pointer[mrChunk]
 	next  uint32
 	count int
+	rk    [4]uint32 // the round keys of the index scrambling
 }
 
 type mrChunk [1 << 12]atomic.Pointer[MR]
 
 func (t *mrTable) init() {
 	t.next = randUint32() & 0xFFFFFF
+	for i := range t.rk {
+		t.rk[i] = randUint32()
+	}
+}
+
+// scramble maps a table index to the index bits of a key: a four-round
+// Feistel network on the two 12-bit halves, a bijection of 24-bit values.
+// Table slots stay dense (the table's chunks are filled in order) while
+// keys are spread over the whole space.
+func (t *mrTable) scramble(i uint32) uint32 {
+	l, r := i>>12, i&0xFFF
+	for _, k := range t.rk {
+		l, r = r, l^feistel(r, k)
+	}
+	return l<<12 | r
+}
+
+// unscramble is scramble's inverse.
+func (t *mrTable) unscramble(x uint32) uint32 {
+	l, r := x>>12, x&0xFFF
+	for j := len(t.rk) - 1; j >= 0; j-- {
+		l, r = r^feistel(l, t.rk[j]), l
+	}
+	return l<<12 | r
+}
+
+func feistel(x, k uint32) uint32 {
+	h := (x ^ k) * 0x9E3779B1
+	return (h>>16 ^ h) & 0xFFF
 }
 
 func (t *mrTable) add(mr *MR, limit int) error {
@@ -173,8 +207,8 @@ func (t *mrTable) add(mr *MR, limit int) error {
 	}
 	for {
 		t.next = (t.next + 1) & 0xFFFFFF
-		if t.next == 0 {
-			continue
+		if t.next == 0 || t.scramble(t.next) == 0 {
+			continue // no key 0x000000xx
 		}
 		c := t.dir[t.next>>12].Load()
 		if c == nil {
@@ -185,7 +219,7 @@ func (t *mrTable) add(mr *MR, limit int) error {
 		if slot.Load() != nil {
 			continue
 		}
-		mr.key = t.next<<8 | randUint32()&0xFF
+		mr.key = t.scramble(t.next)<<8 | randUint32()&0xFF
 		mr.dev = mr.pd.ctx.dev
 		mr.valid.Store(true)
 		slot.Store(mr)
@@ -197,14 +231,14 @@ func (t *mrTable) add(mr *MR, limit int) error {
 func (t *mrTable) remove(mr *MR) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	idx := mr.key >> 8
+	idx := t.unscramble(mr.key >> 8)
 	if c := t.dir[idx>>12].Load(); c != nil && c[idx&0xFFF].CompareAndSwap(mr, nil) {
 		t.count--
 	}
 }
 
 func (t *mrTable) lookup(key uint32) *MR {
-	idx := key >> 8
+	idx := t.unscramble(key >> 8)
 	c := t.dir[idx>>12].Load()
 	if c == nil {
 		return nil

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,23 @@ func (c *conn) addResp(e pend) {
 	}
 }
 
+// errBadStatus ends a connection whose peer refused a request with a
+// status no responder gives.
+var errBadStatus = errors.New("shm: peer refused a request with an undefined status")
+
+// peerNakStatus returns the status the peer refused a request with. Only
+// a responder's statuses are defined (REM_ACCESS_ERR, REM_INV_REQ_ERR,
+// REM_OP_ERR); anything else is reported as REM_OP_ERR, with ok false: the
+// caller ends the connection rather than hand the application a status
+// that verbs does not have.
+func (c *conn) peerNakStatus() (st verbs.WCStatus, ok bool) {
+	switch st := verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt))); st {
+	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr, verbs.WCRemOpErr:
+		return st, true
+	}
+	return verbs.WCRemOpErr, false
+}
+
 // checkAcks completes the requests the peer has finished: by its head for
 // those that need no response, by its nak for the one it refused, and all
 // of them with RETRY_EXC_ERR when its QP failed.
@@ -171,7 +189,7 @@ func (c *conn) checkAcks() {
 	c.wait.mu.Lock()
 	failed := c.peerFailed()
 	nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
-	nakSt := verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt)))
+	nakSt, nakOK := c.peerNakStatus()
 	head := atomic.LoadUint64(c.out.ring.C.Head)
 	c.wait.ackHead.Store(head)
 	ring.RaceAcquire()
@@ -228,6 +246,9 @@ out:
 		more = c.req.CompleteDeferred(d.w, d.seq, d.st) || more
 	}
 	c.wait.mu.Unlock()
+	if nakPos != 0 && !nakOK {
+		c.fail(errBadStatus)
+	}
 	if more {
 		c.req.Transmit() // not under ackMu: Send may call checkAcks
 	}

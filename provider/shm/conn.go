@@ -56,7 +56,7 @@ type conn struct {
 
 func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN uint32, pdata []byte, ird, ord int, rnr uint8, cfg *Config) *conn {
 	c := &conn{ep: ep, noDirect: cfg.NoDirectAccess, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
-		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}},
+		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, reoffers: map[uint32]int{}},
 		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
 		dying:   make(chan struct{}), done: make(chan struct{})}
 	sq := ep.Attr().Cap.MaxSendWR
@@ -210,15 +210,10 @@ func (c *conn) teardown() {
 	}
 	c.remotes.mu.Lock()
 	for _, m := range []map[uint32]*remote{c.remotes.rdma, c.remotes.srcs} {
-		for k, r := range m {
-			r.unmap()
-			delete(m, k)
+		for _, r := range m {
+			c.remotes.forget(m, r) // nobody is inside: unmapped now
 		}
 	}
-	for _, r := range c.remotes.retired {
-		r.unmap()
-	}
-	c.remotes.retired = nil
 	c.remotes.mu.Unlock()
 	c.out.last = nil
 	// The polls' idle checks, the acknowledgement checks and the direct

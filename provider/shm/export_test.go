@@ -1,11 +1,15 @@
 package shm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Stats returns the connection's counters: requests it carried out
@@ -94,4 +98,109 @@ func (x *Conn) Debug() string {
 		c.out.stalled.Load(), c.out.stallAt.Load(),
 		c.in.req.Head, c.in.req.Pub, atomic.LoadUint64(c.in.req.C.Tail), atomic.LoadUint32(c.in.req.C.Sleep), atomic.LoadUint32(c.in.req.C.Wait), c.in.held.Load(),
 		c.polled.Load(), c.wait.acks.tail.Load()-c.wait.acks.head.Load(), c.wait.nresp.Load())
+}
+
+// The hooks below let a test act as a hostile peer through the connection
+// x (its side of the connection does what no correct peer does).
+
+// Failed returns why the connection ended, or nil while it lives.
+func (x *Conn) Failed() error {
+	if x.c.isDying() {
+		return x.c.err
+	}
+	return nil
+}
+
+// NewMemfd returns a sealed memfd of n bytes, as a peer offers.
+func NewMemfd(n int) (int, error) {
+	s, fd, err := ring.Create(n)
+	if err != nil {
+		return -1, err
+	}
+	s.Unmap()
+	return fd, nil
+}
+
+// SendMapping sends the peer a mapping of key over the memfd fd (n bytes at
+// offset 0, slot 0, generation gen): an offer of a SEND source, or an
+// answer to a mapping request that was never made.
+func (x *Conn) SendMapping(offer bool, key uint32, fd int, n uint64, gen uint64) error {
+	var rep [mapRepLen]byte
+	rep[0] = msgMapRep
+	if offer {
+		rep[2] = 1
+	}
+	binary.LittleEndian.PutUint32(rep[4:], key)
+	binary.LittleEndian.PutUint32(rep[12:], uint32(verbs.AccessRemoteRead|verbs.AccessRemoteWrite))
+	binary.LittleEndian.PutUint64(rep[16:], gen)
+	binary.LittleEndian.PutUint64(rep[32:], n)
+	_, _, err := x.c.uc.WriteMsgUnix(rep[:], unix.UnixRights(fd), nil)
+	return err
+}
+
+// SetSlot0 writes export slot 0 of this side's segment, which the peer reads.
+func (x *Conn) SetSlot0(v uint64) { atomic.StoreUint64(x.c.mine.slot(0), v) }
+
+// SlotValid is the valid bit of an export slot, GenShift its generation's place.
+const (
+	SlotValid = slotValid
+	GenShift  = slotGenShift
+)
+
+// AskMapping asks the peer for a mapping of key, as Send does before an
+// RDMA operation on a region not mapped yet.
+func (x *Conn) AskMapping(key uint32) { x.c.askMap(key) }
+
+// Mapped says what this side knows of the peer's region key: whether the
+// peer answered, and whether it handed over a mapping.
+func (x *Conn) Mapped(key uint32) (answered, mapped bool) {
+	x.c.remotes.mu.Lock()
+	defer x.c.remotes.mu.Unlock()
+	r := x.c.remotes.rdma[key]
+	return r != nil, r != nil && !r.fallback
+}
+
+// HoldExports counts an access in progress in every slot this side
+// exports, as a peer stopped in the middle of an access would leave it.
+func (x *Conn) HoldExports() int {
+	c := x.c
+	c.exp.mu.Lock()
+	defer c.exp.mu.Unlock()
+	n := 0
+	for i, e := range c.exp.slots {
+		if e != nil {
+			atomic.AddUint64(c.mine.slot(i), 1)
+			n++
+		}
+	}
+	return n
+}
+
+// InjectRef writes into the peer's request ring a SEND by reference to
+// the region key (which this side need not have offered).
+func (x *Conn) InjectRef(key uint32, total uint32) {
+	c := x.c
+	if !c.enter() {
+		return
+	}
+	defer c.leave()
+	b := c.out.ring.Reserve(ring.HdrLen)
+	if b == nil {
+		return
+	}
+	ring.PutRec(b, ring.Rec{Size: ring.HdrLen, Kind: recSendRef, Flags: fFirst | fLast, RKey: key, Total: total})
+	c.out.ring.Commit(ring.HdrLen)
+	c.out.ring.Publish()
+	c.poke()
+}
+
+// RefuseNext refuses the next request in this side's request ring with
+// the status word st, as a responder's nak, and pokes the peer.
+func (x *Conn) RefuseNext(st uint32) {
+	c := x.c
+	c.in.mu.Lock()
+	atomic.StoreUint32(c.mine.U32(offNakSt), st)
+	atomic.StoreUint64(c.mine.U64(offNakPos), c.in.req.Head+1)
+	c.in.mu.Unlock()
+	c.poke()
 }

@@ -16,12 +16,32 @@ import (
 
 // exports is our regions that the peer maps, each in a slot of our
 // segment that counts the peer's accesses in progress.
+//
+// Only a region whose registration grants remote read and remote write is
+// mapped by the peer: a mapping can be read and written, so for any other
+// region (local only, read only, write or atomic only) the peer goes
+// through us and each access is checked against the registration. A peer
+// that keeps asking for keys that name no region of the connection's PD
+// (maxBadAsks) is guessing keys: its connection ends (errKeyGuess).
 type exports struct {
-	mu     sync.Mutex
-	slots  []*export
-	offers map[uint32]*export // our SEND sources offered to the peer (nil: not mappable)
-	dead   bool
+	mu      sync.Mutex
+	slots   []*export
+	offers  map[uint32]*export // our SEND sources offered to the peer (nil: not mappable)
+	dead    bool
+	badAsks int
 }
+
+// maxBadAsks is how many mapping requests for keys that name no region
+// a peer may make (a deregistered region it still used, a race) before its
+// connection ends.
+const maxBadAsks = 16
+
+// errKeyGuess ends a connection whose peer keeps asking for keys that do
+// not exist.
+var errKeyGuess = errors.New("shm: peer asked for too many memory keys that do not exist")
+
+// mappable is the access a region must grant for the peer to map it.
+const mappable = verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 
 // export is one of our regions the peer maps.
 type export struct {
@@ -67,7 +87,18 @@ func (c *conn) serveMap(msg []byte) {
 		c.fail(errProto)
 		return
 	}
-	rep, oob, fd, _ := c.exportMap(binary.LittleEndian.Uint32(msg[4:]), false)
+	rkey := binary.LittleEndian.Uint32(msg[4:])
+	if _, f := c.resp.Region(rkey); f != engine.FaultNone {
+		c.exp.mu.Lock()
+		c.exp.badAsks++
+		guess := c.exp.badAsks > maxBadAsks
+		c.exp.mu.Unlock()
+		if guess {
+			c.fail(errKeyGuess)
+			return
+		}
+	}
+	rep, oob, fd, _ := c.exportMap(rkey, false)
 	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
 	if fd >= 0 {
 		unix.Close(fd)
@@ -91,7 +122,7 @@ func (c *conn) exportMap(rkey uint32, offer bool) (rep [mapRepLen]byte, oob []by
 	if c.noDirect {
 		return rep, nil, fd, nil
 	}
-	if mr, f := c.resp.Region(rkey); f == engine.FaultNone {
+	if mr, f := c.resp.Region(rkey); f == engine.FaultNone && mr.Access()&mappable == mappable {
 		if buf, off := mr.Buffer(); buf != nil && buf.Fd() >= 0 {
 			// The buffer is still indexed after the dup, so the dup is of
 			// its memfd (Free unindexes before it closes the fd).

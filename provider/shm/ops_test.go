@@ -100,7 +100,7 @@ func TestOneSidedPaths(t *testing.T) {
 func TestDeregRevokesMapping(t *testing.T) {
 	leakcheck.Check(t)
 	a, b, ca, _ := pairOn(t, true, 64<<10)
-	win, err := b.PD.RegMR(b.Buf[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	win, err := b.PD.RegMR(b.Buf[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,24 @@ package shm
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
+
+// refWaitMax bounds the wait of a SEND by reference for the offer of its
+// source, which the peer sent over the socket before the record.
+const refWaitMax = time.Second
+
+// errNoOffer ends a connection whose peer sent a SEND by reference to a
+// region it did not offer.
+var errNoOffer = errors.New("shm: peer referenced a region it never offered")
 
 // consumer is the responder's side of the connection: the rings of our
 // segment, consumed by whichever goroutine holds mu (a poll, the socket
@@ -27,6 +37,7 @@ type consumer struct {
 	// (see deferAck); Shutdown publishes it before the QP's failure.
 	ackable atomic.Uint64 // written with a release store (no handshake depends on it)
 	nServed uint64        // request records served (tests)
+	refWait time.Time     // since when a SEND by reference waits for its source's offer
 }
 
 // rxState is the request consumer's state across records.
@@ -379,8 +390,20 @@ func (c *conn) serveRef(h *ring.Rec) int {
 	r := c.remotes.srcs[h.RKey]
 	c.remotes.mu.Unlock()
 	if r == nil {
-		return hold // the offer is on its way over the socket
+		// The offer is on its way over the socket: the peer sent it before
+		// the record, so it is in our socket already. A peer that never
+		// sent one would hold the connection for ever.
+		now := time.Now()
+		if c.in.refWait.IsZero() {
+			c.in.refWait = now
+			time.AfterFunc(refWaitMax, c.wake) // look again, polled or not
+		} else if now.Sub(c.in.refWait) > refWaitMax {
+			c.fail(errNoOffer)
+			return stop
+		}
+		return hold
 	}
+	c.in.refWait = time.Time{}
 	if r.fallback || h.Addr < r.base || uint64(h.Total) > uint64(len(r.mem)) || h.Addr-r.base > uint64(len(r.mem))-uint64(h.Total) || c.in.msg.active {
 		return c.protoErr()
 	}

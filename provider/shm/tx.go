@@ -147,7 +147,11 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 		nakPos := atomic.LoadUint64(c.peer.U64(offNakPos))
 		if resume && nakPos != 0 && nakPos-1 >= c.out.cur.start {
 			c.out.cur.busy = false
-			return engine.Fail(verbs.WCStatus(atomic.LoadUint32(c.peer.U32(offNakSt))))
+			st, ok := c.peerNakStatus()
+			if !ok {
+				c.close(errBadStatus) // the QP fails with st: the engine flushes the rest
+			}
+			return engine.Fail(st)
 		}
 		c.out.cur.busy = false
 		return engine.Fail(verbs.WCRetryExcErr)
