@@ -32,13 +32,6 @@
 // An access that fails those checks is not made: it goes the other way,
 // below, so that the target reports it as it would any remote error.
 //
-// Trust: a memfd is passed whole, so the peer process could map all of the
-// AllocBuffer a region lies in, not only the region (goverbs maps only the
-// region and checks every access, but a hostile process need not). Keep
-// memory that a peer must never see in AllocBuffers of its own, or set
-// DirectAccess to false: every RDMA operation then goes through the target,
-// which checks it against its own registrations.
-//
 // Memory that is not a memfd (Go heap, mmap of a file) cannot be mapped by
 // another process: WRITEs to it travel through the request ring and are
 // placed by the target, READs and atomics are answered by the target
@@ -64,6 +57,42 @@
 // sender waits for ever, otherwise it gives up after rnr_retry times the
 // receiver's min_rnr_timer with RNR_RETRY_EXC_ERR; its QP then fails, and
 // the receiver, seeing that, drops what it had not executed.
+//
+// # Trust
+//
+// What a peer process can and cannot do, and who enforces it:
+//
+//   - Who connects. A listener accepts only processes of its own user id
+//     by default (the kernel's SO_PEERCRED; Config.AllowPeer widens or
+//     narrows it, Request.PeerCred tells who asked). An abstract name
+//     (unix:@name) can be reached by every local user, so this check is
+//     what keeps them out; a path socket is created 0600 (Config.SocketMode)
+//     and its permissions keep others out before that.
+//   - What a peer maps. Only a region registered over a verbs.AllocBuffer
+//     and granting both remote read and remote write is ever mapped by the
+//     peer; every other region (local only, read only, write or atomic
+//     only, Go memory, a mapped file) stays in this process, and each
+//     access the peer asks for is checked here against the registration:
+//     the OS enforces that the peer cannot touch it. A mapped region is
+//     handed over as the memfd of its whole AllocBuffer (the kernel cannot
+//     hand out part of a file): a hostile process could map the rest of
+//     that buffer and keep its mapping after deregistration, which revokes
+//     the region in goverbs' protocol (the peer's slot; Dereg waits at most
+//     engine.RevokeWait for accesses in progress, and a peer that does not
+//     release them is disconnected) but not in the kernel. Keep memory a
+//     peer must never see in AllocBuffers of its own, or set
+//     Config.NoDirectAccess: every RDMA operation then goes through this
+//     process.
+//   - Keys. Keys are scrambled per device, so one key says nothing of the
+//     others; a peer that asks for keys that do not exist is disconnected
+//     after a few.
+//   - What a peer writes. Every ring record, position, status word,
+//     mapping offer and socket message from the peer is checked; one that
+//     no correct peer sends (a corrupt record, a reference to a region it
+//     never offered, a status verbs does not have, offers beyond the bounds
+//     of a connection's mappings) ends that connection with an error and
+//     flushes its work requests; no other connection is touched, and the
+//     process neither panics nor maps without bound.
 //
 // # Completions and errors
 //
