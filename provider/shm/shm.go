@@ -78,7 +78,7 @@
 //     hand out part of a file): a hostile process could map the rest of
 //     that buffer and keep its mapping after deregistration, which revokes
 //     the region in goverbs' protocol (the peer's slot; Dereg waits at most
-//     engine.RevokeWait for accesses in progress, and a peer that does not
+//     a second in all for accesses in progress, and a peer that does not
 //     release them is disconnected) but not in the kernel. Keep memory a
 //     peer must never see in AllocBuffers of its own, or set
 //     Config.NoDirectAccess: every RDMA operation then goes through this
