@@ -1,0 +1,168 @@
+package ib
+
+import (
+	"encoding/hex"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestICRCVector: a SEND_ONLY computed by the lab's reference (Python's
+// zlib, the masking of Linux rxe) with IP ID 0x1234 and DF.
+func TestICRCVector(t *testing.T) {
+	pkt, _ := hex.DecodeString("0430ffff000000118012345668656c6c6f000000")
+	want, _ := hex.DecodeString("944b8525")
+	src, dst := [4]byte{10, 78, 0, 1}, [4]byte{10, 78, 0, 2}
+	got := ICRCv4(src, dst, 49152, 4791, 0x1234, true, pkt)
+	var b [4]byte
+	PutICRC(b[:], got)
+	if string(b[:]) != string(want) {
+		t.Fatalf("ICRC %x, want %x", b, want)
+	}
+	if !CheckICRCv4(src, dst, 49152, 4791, pkt, got) {
+		t.Fatal("CheckICRCv4 refuses the packet (unknown IP ID)")
+	}
+	// The masked fields do not matter; the addresses, ports and data do.
+	if CheckICRCv4(src, [4]byte{10, 78, 0, 3}, 49152, 4791, pkt, got) {
+		t.Error("accepted for another destination address")
+	}
+	if CheckICRCv4(src, dst, 49153, 4791, pkt, got) {
+		t.Error("accepted for another source port")
+	}
+	bad := append([]byte(nil), pkt...)
+	bad[4] = 0x55 // FECN/BECN byte: masked
+	if !CheckICRCv4(src, dst, 49152, 4791, bad, got) {
+		t.Error("BTH byte 4 is masked, but changing it broke the check")
+	}
+}
+
+// TestCheckICRCv4: for random packets, identifications and DF flags the
+// check accepts the ICRC; a flipped bit of the packet is refused.
+func TestCheckICRCv4(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	src, dst := [4]byte{192, 168, 1, 2}, [4]byte{192, 168, 1, 3}
+	missed := 0
+	for i := range 200 {
+		n := BTHLen + 4*r.IntN(300)
+		pkt := make([]byte, n)
+		for j := range pkt {
+			pkt[j] = byte(r.Uint32())
+		}
+		id, df := uint16(r.Uint32()), i%2 == 0
+		c := ICRCv4(src, dst, 5000, 4791, id, df, pkt)
+		if !CheckICRCv4(src, dst, 5000, 4791, pkt, c) {
+			t.Fatalf("packet %d (%d bytes, id %#x, df %v): good ICRC refused", i, n, id, df)
+		}
+		j := BTHLen + r.IntN(n-BTHLen+1)
+		if j == n {
+			j = 0 // the opcode byte
+		}
+		pkt[j] ^= 1 << r.IntN(8)
+		if CheckICRCv4(src, dst, 5000, 4791, pkt, c) {
+			missed++
+		}
+	}
+	if missed > 1 { // a 2^-15 chance each
+		t.Fatalf("%d corrupted packets of 200 passed the check", missed)
+	}
+}
+
+// TestParseRoundTrip builds a packet of each opcode and parses it back.
+func TestParseRoundTrip(t *testing.T) {
+	for op := range 256 {
+		info := Opcode(op).Info()
+		if info.Name == "" {
+			continue
+		}
+		var b Builder
+		payload := []byte{}
+		if info.Mask&HasPayload != 0 {
+			payload = []byte("payload!!")
+		}
+		pad := Pad(len(payload))
+		b.BTH(Opcode(op), true, pad, 0x8001, 0xABCDEF, true, 0xFFFFFE)
+		if info.Mask&HasDETH != 0 {
+			b.DETH(0x80010000, 0x123456)
+		}
+		if info.Mask&HasFETH != 0 {
+			b.FETH(7)
+		}
+		if info.Mask&HasRETH != 0 {
+			b.RETH(0x1122334455667788, 0x99AABBCC, 4096)
+		}
+		if info.Mask&HasAtomicETH != 0 {
+			b.AtomicETH(0x10, 0x20, 0x30, 0x40)
+		}
+		if info.Mask&HasAETH != 0 {
+			b.AETH(SyndromeNAK|NAKRemAccess, 0x654321)
+		}
+		if info.Mask&HasAtomicAck != 0 {
+			b.AtomicAck(0xDEADBEEF)
+		}
+		if info.Mask&(HasImm|HasIETH) != 0 {
+			b.Imm(0xCAFEF00D)
+		}
+		if len(b.H) != info.HdrLen {
+			t.Fatalf("%v: built %d header bytes, want %d", Opcode(op), len(b.H), info.HdrLen)
+		}
+		pkt := append(append(b.H, payload...), make([]byte, pad)...)
+		var p Packet
+		if err := Parse(pkt, &p); err != nil {
+			t.Fatalf("%v: %v", Opcode(op), err)
+		}
+		if p.Op != Opcode(op) || !p.SE || !p.AckReq || p.PKey != 0x8001 || p.DestQP != 0xABCDEF || p.PSN != 0xFFFFFE ||
+			string(p.Payload) != string(payload) {
+			t.Fatalf("%v: parsed %+v", Opcode(op), p)
+		}
+		if info.Mask&HasRETH != 0 && (p.VA != 0x1122334455667788 || p.RKey != 0x99AABBCC || p.DMALen != 4096) {
+			t.Errorf("%v: RETH %+v", Opcode(op), p)
+		}
+		if info.Mask&HasAETH != 0 && (p.Syndrome != SyndromeNAK|NAKRemAccess || p.MSN != 0x654321) {
+			t.Errorf("%v: AETH %+v", Opcode(op), p)
+		}
+		if info.Mask&HasDETH != 0 && (p.QKey != 0x80010000 || p.SrcQP != 0x123456) {
+			t.Errorf("%v: DETH %+v", Opcode(op), p)
+		}
+		if info.Mask&(HasImm|HasIETH) != 0 && p.Imm != 0xCAFEF00D {
+			t.Errorf("%v: imm %#x", Opcode(op), p.Imm)
+		}
+		if info.Mask&HasAtomicETH != 0 && (p.VA != 0x10 || p.RKey != 0x20 || p.SwapAdd != 0x30 || p.Compare != 0x40) {
+			t.Errorf("%v: AtomicETH %+v", Opcode(op), p)
+		}
+		if info.Mask&HasAtomicAck != 0 && p.Orig != 0xDEADBEEF {
+			t.Errorf("%v: AtomicAckETH %#x", Opcode(op), p.Orig)
+		}
+		// Every truncation is refused, none panics.
+		for n := range len(pkt) - pad - len(payload) {
+			if err := Parse(pkt[:n], &p); err == nil && n < info.HdrLen {
+				t.Fatalf("%v: %d bytes accepted", Opcode(op), n)
+			}
+		}
+	}
+}
+
+func TestPSN(t *testing.T) {
+	for _, c := range []struct {
+		a, b uint32
+		d    int32
+	}{{5, 3, 2}, {3, 5, -2}, {0, 0xFFFFFF, 1}, {0xFFFFFF, 0, -1}, {0x7FFFFF, 0, 0x7FFFFF}, {0x800000, 0, -0x800000}} {
+		if got := PSNDiff(c.a, c.b); got != c.d {
+			t.Errorf("PSNDiff(%#x, %#x) = %d, want %d", c.a, c.b, got, c.d)
+		}
+	}
+	if PSNAdd(0xFFFFFF, 2) != 1 || PSNAdd(0, -1) != 0xFFFFFF {
+		t.Error("PSNAdd does not wrap")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("0430ffff000000118012345668656c6c6f000000"))
+	f.Add(make([]byte, 12))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p Packet
+		if Parse(b, &p) == nil {
+			if len(p.Payload) > len(b) || p.Op.Info().Name == "" {
+				t.Fatalf("parsed %+v from %d bytes", p, len(b))
+			}
+		}
+	})
+}

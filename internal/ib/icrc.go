@@ -1,0 +1,157 @@
+package ib
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"sync"
+)
+
+// The ICRC (IBA annex A17.3.3) is a CRC-32 (IEEE, as hash/crc32's) over
+// the packet with the fields that routers may change replaced by ones: 8
+// bytes standing for the LRH, the IP header with its traffic class, TTL or
+// hop limit, flow label and header checksum masked, the UDP header with
+// its checksum masked, the BTH with its byte 4 (FECN, BECN, reserved)
+// masked, and everything after, the pad included. It travels as 4
+// little-endian bytes after the pad.
+
+var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+
+// ICRCv4 returns the ICRC of pkt (BTH through pad, without the ICRC) sent
+// over IPv4 from src:sport to dst:dport with IP identification id and
+// flags df (don't fragment).
+func ICRCv4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byte) uint32 {
+	var h [8 + 20 + 8 + BTHLen]byte
+	copy(h[:8], ones8[:])
+	ip := h[8:28]
+	ip[0] = 0x45
+	ip[1] = 0xFF // TOS
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+len(pkt)+ICRCLen))
+	binary.BigEndian.PutUint16(ip[4:], id)
+	if df {
+		ip[6] = 0x40
+	}
+	ip[8] = 0xFF // TTL
+	ip[9] = 17   // UDP
+	ip[10], ip[11] = 0xFF, 0xFF
+	copy(ip[12:16], src[:])
+	copy(ip[16:20], dst[:])
+	putUDP(h[28:36], sport, dport, len(pkt))
+	return finish(h[:], pkt)
+}
+
+// ICRCv6 is ICRCv4 over IPv6.
+func ICRCv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
+	var h [8 + 40 + 8 + BTHLen]byte
+	copy(h[:8], ones8[:])
+	ip := h[8:48]
+	// Version 6; traffic class and flow label masked.
+	binary.BigEndian.PutUint32(ip, 0x6FFFFFFF)
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(pkt)+ICRCLen))
+	ip[6] = 17   // UDP
+	ip[7] = 0xFF // hop limit
+	copy(ip[8:24], src[:])
+	copy(ip[24:40], dst[:])
+	putUDP(h[48:56], sport, dport, len(pkt))
+	return finish(h[:], pkt)
+}
+
+func putUDP(u []byte, sport, dport uint16, n int) {
+	binary.BigEndian.PutUint16(u, sport)
+	binary.BigEndian.PutUint16(u[2:], dport)
+	binary.BigEndian.PutUint16(u[4:], uint16(8+n+ICRCLen))
+	u[6], u[7] = 0xFF, 0xFF // checksum
+}
+
+// finish adds the BTH (byte 4 masked) and the rest of pkt to the header
+// bytes h, whose last BTHLen bytes are room for the BTH.
+func finish(h, pkt []byte) uint32 {
+	b := h[len(h)-BTHLen:]
+	copy(b, pkt[:BTHLen])
+	b[4] = 0xFF
+	c := crc32.ChecksumIEEE(h)
+	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+}
+
+// PutICRC writes c as the packet's trailer.
+func PutICRC(b []byte, c uint32) { binary.LittleEndian.PutUint32(b, c) }
+
+// GetICRC reads the trailer.
+func GetICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+// A UDP socket shows a received packet's addresses, ports and length, but
+// not its IPv4 identification and flags, which the ICRC covers: senders
+// choose them (Linux rxe a hashed identification, with DF). CheckICRCv4
+// checks every other bit of the ICRC: the CRC is affine, so the 17
+// unknown bits (the identification and DF) change it by a combination of
+// 17 fixed vectors for a given length, and the packet is good exactly when
+// the difference between the received ICRC and the one computed with those
+// bits clear is such a combination. (The IP header checksum, which the
+// kernel verified, covers the two fields.)
+
+// CheckICRCv4 reports whether icrc is the ICRC of pkt received over IPv4
+// from src:sport at dst:dport, for some IP identification and DF flag.
+func CheckICRCv4(src, dst [4]byte, sport, dport uint16, pkt []byte, icrc uint32) bool {
+	base := ICRCv4(src, dst, sport, dport, 0, false, pkt)
+	d := base ^ icrc
+	if d == 0 {
+		return true
+	}
+	return solvable(unknowns(len(pkt)), d)
+}
+
+// basis is, for one packet length, an echelon form of the 17 vectors by
+// which the identification and DF bits change the ICRC.
+type basis struct {
+	rows []uint32 // each with a distinct leading bit
+}
+
+var bases struct {
+	sync.Mutex
+	m map[int]*basis
+}
+
+// unknowns returns the basis for packets of n bytes (BTH through pad).
+func unknowns(n int) *basis {
+	bases.Lock()
+	defer bases.Unlock()
+	if b := bases.m[n]; b != nil {
+		return b
+	}
+	if bases.m == nil || len(bases.m) > 1<<12 {
+		bases.m = map[int]*basis{}
+	}
+	var zero [4]byte
+	pkt := make([]byte, n)
+	z := ICRCv4(zero, zero, 0, 0, 0, false, pkt)
+	b := &basis{}
+	add := func(v uint32) {
+		for _, r := range b.rows {
+			if v^r < v {
+				v ^= r
+			}
+		}
+		if v != 0 {
+			b.rows = append(b.rows, v)
+			// keep rows reducing each other: sorted by leading bit, high first
+			for i := len(b.rows) - 1; i > 0 && b.rows[i] > b.rows[i-1]; i-- {
+				b.rows[i], b.rows[i-1] = b.rows[i-1], b.rows[i]
+			}
+		}
+	}
+	for bit := range 16 {
+		add(ICRCv4(zero, zero, 0, 0, 1<<bit, false, pkt) ^ z)
+	}
+	add(ICRCv4(zero, zero, 0, 0, 0, true, pkt) ^ z)
+	bases.m[n] = b
+	return b
+}
+
+// solvable reports whether v is a combination of b's rows.
+func solvable(b *basis, v uint32) bool {
+	for _, r := range b.rows {
+		if v^r < v {
+			v ^= r
+		}
+	}
+	return v == 0
+}
