@@ -56,6 +56,11 @@ func init() {
 
 func postNeedUD(c Caps) bool { return c.UD }
 
+// postRoCEv4 reports an IPv4-mapped GID (::ffff:a.b.c.d): RoCEv2 over IPv4.
+func postRoCEv4(g verbs.GID) bool {
+	return bytes.Equal(g[:10], make([]byte, 10)) && g[10] == 0xFF && g[11] == 0xFF
+}
+
 // ---- helpers of this file (prefixed post to keep the package namespace tidy) ----
 
 // postExpectBad checks a *verbs.PostError: bad_wr index, its wr_id and the cause.
@@ -978,11 +983,23 @@ func testUDReceiveHasGRHFirst40Bytes(t *testing.T, f Fixture) {
 	if err != nil {
 		t.Fatalf("QueryGID: %v", err)
 	}
+	if dgid != av.GRH.DGID {
+		t.Fatalf("AH DGID %v, want the receiver's %v", av.GRH.DGID, dgid)
+	}
+	if postRoCEv4(sgid) {
+		// RoCEv2 over IPv4 (as Linux rxe gives it): the IPv4 header in the
+		// last 20 bytes, the first 20 undefined.
+		ip := b.Buf[20:40]
+		if ip[0] != 0x45 || ip[9] != 17 || !bytes.Equal(ip[12:16], sgid[12:]) || !bytes.Equal(ip[16:20], dgid[12:]) {
+			t.Fatalf("GRH of a RoCEv2 datagram over IPv4: %x, want an IPv4 header (UDP) from %v to %v", ip, sgid, dgid)
+		}
+		return
+	}
 	if !bytes.Equal(b.Buf[8:24], sgid[:]) {
 		t.Fatalf("GRH source GID %x, want the sender's %v", b.Buf[8:24], sgid)
 	}
-	if !bytes.Equal(b.Buf[24:40], dgid[:]) || dgid != av.GRH.DGID {
-		t.Fatalf("GRH destination GID %x, want the receiver's %v (AH DGID %v)", b.Buf[24:40], dgid, av.GRH.DGID)
+	if !bytes.Equal(b.Buf[24:40], dgid[:]) {
+		t.Fatalf("GRH destination GID %x, want the receiver's %v", b.Buf[24:40], dgid)
 	}
 
 	// On an InfiniBand link the 40 bytes are the IBA 8.3 GRH: IPVer 6,

@@ -72,11 +72,7 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 	q.attr.RnrRetry = min(p.RNRRetry, 7)
 	q.aird.Store(uint32(p.IRD))
 	q.setState(verbs.QPSRTS)
-	if pr, ok := t.(Progressor); ok {
-		g := newProgress(q, pr)
-		q.prog.Store(g)
-		g.attach()
-	}
+	q.attachProgress()
 	q.mu.Unlock()
 	q.progress()
 	return nil
@@ -87,6 +83,19 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 func (q *QP) setTransport(t Transport) {
 	q.t = t
 	q.direct, _ = t.(DirectSender)
+}
+
+// attachProgress makes the QP's CQs drive its transport when it is a
+// Progressor and they do not yet; q.mu is held.
+func (q *QP) attachProgress() {
+	if q.prog.Load() != nil {
+		return
+	}
+	if pr, ok := q.t.(Progressor); ok {
+		g := newProgress(q, pr)
+		q.prog.Store(g)
+		g.attach()
+	}
 }
 
 // detach stops the QP's CQs driving its transport: it left the connected

@@ -169,6 +169,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		}
 	default:
 		q.setState(to)
+		if to == verbs.QPSRTR || to == verbs.QPSRTS {
+			q.attachProgress() // a QP that Modify connects (a transport from Config.NewTransport)
+		}
 	}
 	q.mu.Unlock()
 	if to == verbs.QPSRTS {

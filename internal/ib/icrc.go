@@ -16,11 +16,22 @@ import (
 
 var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 
+// Scratch is room for the masked headers of an ICRC computation. The
+// functions that take one allocate nothing; the others allocate it (the
+// CRC's assembly lets it escape).
+type Scratch [8 + 40 + 8 + BTHLen]byte
+
 // ICRCv4 returns the ICRC of pkt (BTH through pad, without the ICRC) sent
 // over IPv4 from src:sport to dst:dport with IP identification id and
 // flags df (don't fragment).
 func ICRCv4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byte) uint32 {
-	var h [8 + 20 + 8 + BTHLen]byte
+	return new(Scratch).V4(src, dst, sport, dport, id, df, pkt)
+}
+
+// V4 is ICRCv4 in s.
+func (s *Scratch) V4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byte) uint32 {
+	h := s[:8+20+8+BTHLen]
+	clear(h)
 	copy(h[:8], ones8[:])
 	ip := h[8:28]
 	ip[0] = 0x45
@@ -36,12 +47,18 @@ func ICRCv4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byt
 	copy(ip[12:16], src[:])
 	copy(ip[16:20], dst[:])
 	putUDP(h[28:36], sport, dport, len(pkt))
-	return finish(h[:], pkt)
+	return finish(h, pkt)
 }
 
 // ICRCv6 is ICRCv4 over IPv6.
 func ICRCv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
-	var h [8 + 40 + 8 + BTHLen]byte
+	return new(Scratch).V6(src, dst, sport, dport, pkt)
+}
+
+// V6 is ICRCv6 in s.
+func (s *Scratch) V6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
+	h := s[:]
+	clear(h)
 	copy(h[:8], ones8[:])
 	ip := h[8:48]
 	// Version 6; traffic class and flow label masked.
@@ -52,7 +69,7 @@ func ICRCv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
 	copy(ip[8:24], src[:])
 	copy(ip[24:40], dst[:])
 	putUDP(h[48:56], sport, dport, len(pkt))
-	return finish(h[:], pkt)
+	return finish(h, pkt)
 }
 
 func putUDP(u []byte, sport, dport uint16, n int) {
@@ -91,7 +108,12 @@ func GetICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 // CheckICRCv4 reports whether icrc is the ICRC of pkt received over IPv4
 // from src:sport at dst:dport, for some IP identification and DF flag.
 func CheckICRCv4(src, dst [4]byte, sport, dport uint16, pkt []byte, icrc uint32) bool {
-	base := ICRCv4(src, dst, sport, dport, 0, false, pkt)
+	return new(Scratch).CheckV4(src, dst, sport, dport, pkt, icrc)
+}
+
+// CheckV4 is CheckICRCv4 in s.
+func (s *Scratch) CheckV4(src, dst [4]byte, sport, dport uint16, pkt []byte, icrc uint32) bool {
+	base := s.V4(src, dst, sport, dport, 0, false, pkt)
 	d := base ^ icrc
 	if d == 0 {
 		return true

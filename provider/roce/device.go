@@ -1,0 +1,357 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// device is one local address: its engine device, its UDP socket and the
+// QPs that share it.
+type device struct {
+	eng  *engine.Device
+	addr netip.Addr
+	mtu  verbs.MTU
+
+	mu    sync.Mutex
+	conn  *net.UDPConn // addr:4791, while users > 0 (open, release)
+	raw   syscall.RawConn
+	users int           // QPs and CM listeners
+	done  chan struct{} // closed when the socket closes
+
+	qmu sync.RWMutex
+	qps map[uint32]*qp
+
+	// rx is the receive side: whoever holds its lock (the device's
+	// goroutine, or an application's poll) reads and processes packets, one
+	// at a time and in order.
+	rx struct {
+		sync.Mutex
+		buf    [1 << 16]byte
+		sa     sockaddr
+		pkt    ib.Packet
+		ho     engine.Handoff // the polling application's, during poll
+		pollFn func(fd uintptr)
+		crc    ib.Scratch
+	}
+	// tx is what a send hands to the socket's Write: a method value made
+	// once, and its arguments here, so that a send allocates no closure.
+	tx struct {
+		sync.Mutex
+		pkt  []byte
+		sa   *sockaddr
+		wait bool
+		err  error
+		fn   func(fd uintptr) bool
+		crc  ib.Scratch
+	}
+	polled atomic.Int32 // QPs whose application polls
+	wake   chan struct{}
+
+	cm *cmAgent
+
+	stats Counters
+}
+
+// Counters counts what a device dropped.
+type Counters struct {
+	BadICRC   atomic.Uint64 // the ICRC did not check
+	Malformed atomic.Uint64 // headers that break the transport's rules
+	NoQP      atomic.Uint64 // for a QP that does not exist or is not ready
+	Received  atomic.Uint64
+	Sent      atomic.Uint64
+	SendFail  atomic.Uint64 // the socket refused the packet (counted as lost)
+}
+
+func newDevice(name string, addr netip.Addr) *device {
+	d := &device{addr: addr, qps: map[uint32]*qp{}, wake: make(chan struct{}, 1)}
+	d.rx.pollFn = d.pollFD
+	d.tx.fn = d.writeFD
+	d.mtu = activeMTU(addr)
+	guid := guidOf(addr)
+	gid := ib.GIDOf(addr)
+	d.eng = engine.NewDevice(engine.Config{
+		Name:      name,
+		GUID:      guid,
+		NodeType:  verbs.NodeCA,
+		Transport: verbs.TransportIB,
+		GID:       verbs.GID(gid),
+		Attr: verbs.DeviceAttr{
+			FWVer:           "goverbs-roce 1",
+			MaxMRSize:       1 << 40,
+			PageSizeCap:     4096,
+			VendorID:        0xFFFFFF,
+			MaxQP:           1 << 14,
+			MaxQPWR:         1 << 14,
+			MaxSGE:          32,
+			MaxSGERd:        32,
+			MaxCQ:           1 << 14,
+			MaxCQE:          1 << 20,
+			MaxMR:           1 << 20,
+			MaxPD:           1 << 14,
+			MaxQPRdAtom:     maxIRDORD,
+			MaxQPInitRdAtom: maxIRDORD,
+			MaxResRdAtom:    maxIRDORD << 14,
+			AtomicCap:       verbs.AtomicHCA,
+			MaxAH:           1 << 16,
+			MaxSRQ:          1 << 14,
+			MaxSRQWR:        1 << 14,
+			MaxSRQSGE:       32,
+			MaxInlineData:   1024,
+			MaxPKeys:        1,
+		},
+		Port: verbs.PortAttr{
+			State:      verbs.PortActive,
+			MaxMTU:     verbs.MTU4096,
+			ActiveMTU:  d.mtu,
+			GIDTblLen:  1,
+			MaxMsgSz:   1 << 31,
+			PKeyTblLen: 1,
+			LinkLayer:  verbs.LinkLayerEthernet,
+			PhysState:  5,
+		},
+		NewTransport: func(e engine.Endpoint) engine.Transport { return d.newQP(e) },
+	})
+	d.cm = newCMAgent(d)
+	return d
+}
+
+// open takes a use of the device's socket, opening it if it is not open;
+// it returns why it cannot be. release ends the use; the last one closes
+// the socket and ends the device's goroutine.
+func (d *device) open() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		d.users++
+		return nil
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(d.addr, ib.UDPPort)))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			err = fmt.Errorf("%w: %s: %v", ErrPortInUse, d.addr, err)
+		}
+		return fmt.Errorf("roce: %s: %w", d.eng.Name(), err)
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	raw.Control(func(fd uintptr) {
+		// DF and IP identification 0, which the ICRC covers; large buffers,
+		// so that a burst of packets (a READ's responses) is not dropped:
+		// beyond net.core.rmem_max only with CAP_NET_ADMIN.
+		if d.addr.Is4() {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		} else {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+		}
+		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], 16<<20) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], 16<<20)
+			}
+		}
+	})
+	d.conn, d.raw, d.users, d.done = conn, raw, 1, make(chan struct{})
+	go d.rxLoop(raw, d.done)
+	return nil
+}
+
+func (d *device) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.users--; d.users > 0 || d.conn == nil {
+		return
+	}
+	close(d.done)
+	d.conn.Close()
+	d.conn = nil
+	// d.raw stays: a late poll or send sees a closed socket, not nil.
+}
+
+// rxLoop reads the socket while no application polls a QP of the device
+// (polled mode: the polls read it), until the socket closes.
+func (d *device) rxLoop(raw syscall.RawConn, done chan struct{}) {
+	raw.Read(func(fd uintptr) bool {
+		for d.polled.Load() > 0 {
+			select {
+			case <-d.wake:
+			case <-done:
+				return true
+			}
+		}
+		d.pump(int(fd), nil)
+		return false // wait for the next packet
+	})
+}
+
+// pump processes every packet the socket holds now; ho is the hand-off of
+// the poll it runs in, or nil.
+func (d *device) pump(fd int, ho *engine.Handoff) {
+	d.rx.Lock()
+	defer d.rx.Unlock()
+	d.pumpLocked(fd, ho)
+}
+
+// pumpLocked is pump with d.rx held.
+func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
+	for {
+		n, from, err := recvNB(fd, d.rx.buf[:], &d.rx.sa)
+		if err != nil {
+			return
+		}
+		d.stats.Received.Add(1)
+		raceAcquire()
+		d.receive(d.rx.buf[:n], from, ho)
+	}
+}
+
+// poll is the device's part of a QP's Progress: it reads the socket unless
+// another goroutine is at it, and returns how many completions it handed
+// off in ho (a value, copied in and out: a pointer kept in the device
+// would make every poll's escape to the heap).
+func (d *device) poll(ho engine.Handoff) int {
+	d.mu.Lock()
+	raw := d.raw
+	d.mu.Unlock()
+	if raw == nil || !d.rx.TryLock() {
+		return 0
+	}
+	// Control, not Read: Read holds the descriptor's read lock, which the
+	// device's goroutine keeps while it waits.
+	d.rx.ho = ho
+	raw.Control(d.rx.pollFn)
+	n := d.rx.ho.Len()
+	d.rx.ho = engine.Handoff{}
+	d.rx.Unlock()
+	return n
+}
+
+func (d *device) pollFD(fd uintptr) { d.pumpLocked(int(fd), &d.rx.ho) }
+
+// setPolled counts a QP whose application starts (on) or stops polling.
+func (d *device) setPolled(on bool) {
+	if on {
+		d.polled.Add(1)
+		return
+	}
+	if d.polled.Add(-1) == 0 {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// receive checks a datagram and hands it to its QP.
+func (d *device) receive(b []byte, from netip.AddrPort, ho *engine.Handoff) {
+	if len(b) < ib.BTHLen+ib.ICRCLen {
+		d.stats.Malformed.Add(1)
+		return
+	}
+	body, crc := b[:len(b)-ib.ICRCLen], ib.GetICRC(b[len(b)-ib.ICRCLen:])
+	if !d.checkICRC(from, body, crc) {
+		d.stats.BadICRC.Add(1)
+		return
+	}
+	p := &d.rx.pkt
+	if ib.Parse(body, p) != nil {
+		d.stats.Malformed.Add(1)
+		return
+	}
+	if p.DestQP == ib.GSIQPN {
+		d.cm.receive(p, from)
+		return
+	}
+	d.qmu.RLock()
+	q := d.qps[p.DestQP]
+	d.qmu.RUnlock()
+	if q == nil {
+		d.stats.NoQP.Add(1)
+		return
+	}
+	q.receive(p, from, ho)
+}
+
+func (d *device) checkICRC(from netip.AddrPort, body []byte, crc uint32) bool {
+	src := from.Addr()
+	if src.Is4() && d.addr.Is4() {
+		return d.rx.crc.CheckV4(src.As4(), d.addr.As4(), from.Port(), ib.UDPPort, body, crc)
+	}
+	return d.rx.crc.V6(src.As16(), d.addr.As16(), from.Port(), ib.UDPPort, body) == crc
+}
+
+// icrc returns the ICRC of a packet this device sends to to; d.tx is held.
+func (d *device) icrc(to netip.Addr, pkt []byte) uint32 {
+	if d.addr.Is4() && to.Is4() {
+		return d.tx.crc.V4(d.addr.As4(), to.As4(), ib.UDPPort, ib.UDPPort, 0, true, pkt)
+	}
+	return d.tx.crc.V6(d.addr.As16(), to.As16(), ib.UDPPort, ib.UDPPort, pkt)
+}
+
+// send sends pkt (headers, payload and pad, with room for the ICRC after
+// them: cap(pkt) >= len(pkt)+4) to to:4791 without blocking. A packet the
+// socket refuses is counted and lost (the transport's retries cover it).
+func (d *device) send(pkt []byte, to netip.Addr, sa *sockaddr) { d.sendPkt(pkt, to, sa, false) }
+
+// sendWait is send that waits for room in the socket's buffer.
+func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) { d.sendPkt(pkt, to, sa, true) }
+
+func (d *device) sendPkt(pkt []byte, to netip.Addr, sa *sockaddr, wait bool) {
+	d.mu.Lock()
+	raw := d.raw
+	d.mu.Unlock()
+	if raw == nil {
+		d.stats.SendFail.Add(1)
+		return
+	}
+	if sa.n == 0 || sa.addrPort().Addr() != to {
+		sa.set(netip.AddrPortFrom(to, ib.UDPPort))
+	}
+	d.tx.Lock()
+	c := d.icrc(to, pkt)
+	pkt = pkt[:len(pkt)+ib.ICRCLen]
+	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
+	d.tx.pkt, d.tx.sa, d.tx.wait = pkt, sa, wait
+	raceRelease()
+	raw.Write(d.tx.fn)
+	err := d.tx.err
+	d.tx.pkt, d.tx.sa = nil, nil
+	d.tx.Unlock()
+	if err != nil {
+		d.stats.SendFail.Add(1)
+		return
+	}
+	d.stats.Sent.Add(1)
+}
+
+func (d *device) addQP(q *qp) {
+	d.qmu.Lock()
+	d.qps[q.num] = q
+	d.qmu.Unlock()
+}
+
+func (d *device) removeQP(q *qp) {
+	d.qmu.Lock()
+	if d.qps[q.num] == q {
+		delete(d.qps, q.num)
+	}
+	d.qmu.Unlock()
+}
+
+// writeFD sends d.tx.pkt (d.tx held), waiting for room if d.tx.wait.
+func (d *device) writeFD(fd uintptr) bool {
+	d.tx.err = sendNB(int(fd), d.tx.pkt, d.tx.sa)
+	return !d.tx.wait || d.tx.err != unix.EAGAIN
+}

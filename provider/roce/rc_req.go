@@ -1,0 +1,662 @@
+package roce
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Tuning of the requester.
+const (
+	// windowBytes bounds what is sent and not yet acknowledged (or, for a
+	// READ, what is asked for and not yet received): a UDP socket's
+	// receive buffer is about 200 KiB unless CAP_NET_ADMIN raises it, and a
+	// burst beyond the peer's would be dropped and retransmitted.
+	windowBytes = 160 << 10
+	// ackEvery is how many packets of a long message go between two that
+	// ask to be acknowledged (the last one of each message asks too).
+	ackEvery = 16
+)
+
+// unit kinds: how a work request goes on the wire.
+const (
+	kSend = iota
+	kWrite
+	kRead
+	kAtomic
+	kFlush
+	kAtomicWrite
+)
+
+// swqe is a work request the requester carries. A READ larger than the
+// window goes as several READ requests (chunks), one after the other: the
+// responder sends a chunk's responses at once, and the window must hold
+// them.
+type swqe struct {
+	w     *engine.WQE
+	seq   uint64
+	kind  int
+	total uint32
+	// the current unit: a message's packets, or a READ chunk's request
+	first    uint32 // its first PSN, once assigned
+	assigned bool
+	psns     int // the PSNs it takes
+	npkt     int // request packets
+	sent     int // request packets sent
+	// READ: the current chunk, its responses received
+	roff, rlen uint32
+	got        int
+	sink       [][]byte
+}
+
+// sendState is the requester and completer of an RC QP (q.mu).
+type sendState struct {
+	q        *qp
+	ring     []swqe
+	head, n  int
+	tx       int    // index (from head) of the first unit with packets to send
+	npsn     uint32 // next PSN to assign
+	una      uint32 // oldest PSN not acknowledged
+	nxt      uint32 // next PSN to send (una <= nxt <= npsn)
+	retries  int    // left before RETRY_EXC_ERR
+	rnrLeft  int
+	timer    *time.Timer
+	timerOn  bool
+	rnrWait  bool // an RNR timer runs: nothing is sent meanwhile
+	rnrTimer *time.Timer
+	goneBack uint32 // the PSN a READ's missing responses were last asked again from (+1; 0: none)
+	buf      []byte
+	sa       sockaddr
+	segs     [][]byte
+	done     []doneWR
+	started  bool
+}
+
+type doneWR struct {
+	w   *engine.WQE
+	seq uint64
+	st  verbs.WCStatus
+}
+
+func (s *sendState) init(q *qp) {
+	s.q = q
+	n := max(q.ep.Attr().Cap.MaxSendWR, 1)
+	s.ring = make([]swqe, n)
+	s.buf = make([]byte, 0, 4096+128)
+	s.timer = time.AfterFunc(time.Hour, s.timeout)
+	s.timer.Stop()
+	s.rnrTimer = time.AfterFunc(time.Hour, s.rnrExpired)
+	s.rnrTimer.Stop()
+}
+
+// start sets the first PSN (the move to RTS).
+func (s *sendState) start(psn uint32) {
+	s.npsn, s.una, s.nxt = psn, psn, psn
+	s.retries = int(s.q.path.retryCnt)
+	s.rnrLeft = int(s.q.path.rnrRetry)
+	s.started = true
+}
+
+// reset forgets every request (the QP was reset: the engine discarded
+// them without completions); q.mu is held.
+func (s *sendState) reset() {
+	for i := range s.ring {
+		s.ring[i].w = nil
+	}
+	s.head, s.n, s.tx, s.started, s.rnrWait, s.goneBack = 0, 0, 0, false, false, 0
+	s.stopTimers()
+	s.timerOn = false
+}
+
+func (s *sendState) stopTimers() {
+	s.timer.Stop()
+	s.rnrTimer.Stop()
+}
+
+func (s *sendState) at(i int) *swqe { return &s.ring[(s.head+i)%len(s.ring)] }
+
+func kindOf(op verbs.WROpcode) int {
+	switch op {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return kWrite
+	case verbs.WRRDMARead:
+		return kRead
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		return kAtomic
+	case verbs.WRFlush:
+		return kFlush
+	case verbs.WRAtomicWrite:
+		return kAtomicWrite
+	}
+	return kSend
+}
+
+// send is Send for an RC QP: the request joins the queue and goes out as
+// far as the window allows; it completes when acknowledged (Pending).
+func (s *sendState) send(w *engine.WQE) engine.Result {
+	q := s.q
+	if q.dead.Load() {
+		return engine.Fail(verbs.WCWRFlushErr)
+	}
+	q.mu.Lock()
+	if s.n == len(s.ring) {
+		q.mu.Unlock()
+		return engine.ResultStall // (the engine bounds the queue: not reached)
+	}
+	e := s.at(s.n)
+	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}
+	if e.kind == kRead || e.kind == kAtomic {
+		var st verbs.WCStatus
+		if e.sink, st = q.req.Sink(w, e.sink); st != verbs.WCSuccess {
+			q.mu.Unlock()
+			return engine.Fail(st)
+		}
+	}
+	if e.kind == kSend || e.kind == kWrite || e.kind == kAtomicWrite {
+		var st verbs.WCStatus
+		if s.segs, st = q.req.Payload(w, s.segs[:0]); st != verbs.WCSuccess {
+			q.mu.Unlock()
+			return engine.Fail(st)
+		}
+	}
+	s.plan(e)
+	s.n++
+	s.transmit()
+	q.mu.Unlock()
+	return engine.ResultPending
+}
+
+// plan sets e's current unit from its progress: a message's packets, or
+// the next READ chunk.
+func (s *sendState) plan(e *swqe) {
+	mtu := s.q.path.mtu
+	e.assigned, e.sent, e.got = false, 0, 0
+	switch e.kind {
+	case kSend, kWrite:
+		e.npkt = max(1, (int(e.total)+mtu-1)/mtu)
+		e.psns = e.npkt
+	case kRead:
+		e.rlen = min(e.total-e.roff, uint32(s.window()*mtu))
+		e.npkt = 1
+		e.psns = max(1, (int(e.rlen)+mtu-1)/mtu)
+	default:
+		e.npkt, e.psns = 1, 1
+	}
+}
+
+// window is the window in packets of the path MTU.
+func (s *sendState) window() int { return max(4, windowBytes/s.q.path.mtu) }
+
+// transmit sends what the window allows, in order; q.mu is held.
+func (s *sendState) transmit() {
+	if s.rnrWait || !s.started {
+		return
+	}
+	for s.tx < s.n {
+		e := s.at(s.tx)
+		if !e.assigned {
+			e.first, e.assigned = s.npsn, true
+			s.npsn = ib.PSNAdd(s.npsn, e.psns)
+		}
+		for e.sent < e.npkt {
+			if ib.PSNDiff(s.nxt, s.una) >= int32(s.window()) {
+				return
+			}
+			s.packet(e, e.sent)
+			e.sent++
+			if e.kind == kRead {
+				s.nxt = ib.PSNAdd(e.first, e.psns)
+			} else {
+				s.nxt = ib.PSNAdd(e.first, e.sent)
+			}
+		}
+		if e.kind == kRead && e.roff+e.rlen < e.total {
+			return // the next chunk waits for this one's responses
+		}
+		s.tx++
+	}
+}
+
+// packet sends packet i of e's current unit.
+func (s *sendState) packet(e *swqe, i int) {
+	q := s.q
+	mtu := q.path.mtu
+	wr := &e.w.WR
+	psn := ib.PSNAdd(e.first, i)
+	var b ib.Builder
+	b.H = s.buf[:0]
+	first, last := i == 0, i == e.npkt-1
+	ack := last || (i+1)%ackEvery == 0
+	off, n := i*mtu, 0
+	if e.kind == kSend || e.kind == kWrite {
+		n = min(mtu, int(e.total)-off)
+		n = max(n, 0)
+	}
+	pad := ib.Pad(n)
+	se := last && wr.Flags&verbs.SendSolicited != 0
+	switch e.kind {
+	case kSend:
+		op := ib.SendMiddle
+		switch {
+		case first && last:
+			op = ib.SendOnly
+			if wr.Opcode == verbs.WRSendWithImm {
+				op = ib.SendOnlyImm
+			} else if wr.Opcode == verbs.WRSendWithInv {
+				op = ib.SendOnlyInv
+			}
+		case first:
+			op = ib.SendFirst
+		case last:
+			op = ib.SendLast
+			if wr.Opcode == verbs.WRSendWithImm {
+				op = ib.SendLastImm
+			} else if wr.Opcode == verbs.WRSendWithInv {
+				op = ib.SendLastInv
+			}
+		}
+		b.BTH(op, se, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		if op.Info().Mask&(ib.HasImm|ib.HasIETH) != 0 {
+			if wr.Opcode == verbs.WRSendWithInv {
+				b.Imm(wr.InvalidateRKey)
+			} else {
+				b.Imm(wr.ImmData)
+			}
+		}
+	case kWrite:
+		op := ib.WriteMiddle
+		imm := wr.Opcode == verbs.WRRDMAWriteWithImm
+		switch {
+		case first && last:
+			op = ib.WriteOnly
+			if imm {
+				op = ib.WriteOnlyImm
+			}
+		case first:
+			op = ib.WriteFirst
+		case last:
+			op = ib.WriteLast
+			if imm {
+				op = ib.WriteLastImm
+			}
+		}
+		b.BTH(op, se && imm, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		if first {
+			b.RETH(wr.RemoteAddr, wr.RKey, e.total)
+		}
+		if last && imm {
+			b.Imm(wr.ImmData)
+		}
+	case kRead:
+		// A retried chunk asks only for what has not arrived.
+		skip := uint32(e.got * mtu)
+		b.BTH(ib.ReadRequest, false, 0, q.path.pkey, q.path.destQPN, true, ib.PSNAdd(e.first, e.got))
+		b.RETH(wr.RemoteAddr+uint64(e.roff+skip), wr.RKey, e.rlen-skip)
+	case kAtomic:
+		op := ib.FetchAdd
+		swap, cmp := wr.CompareAdd, uint64(0)
+		if wr.Opcode == verbs.WRAtomicCmpAndSwp {
+			op, swap, cmp = ib.CompareSwap, wr.Swap, wr.CompareAdd
+		}
+		b.BTH(op, false, 0, q.path.pkey, q.path.destQPN, true, psn)
+		b.AtomicETH(wr.RemoteAddr, wr.RKey, swap, cmp)
+	case kFlush:
+		b.BTH(ib.Flush, false, 0, q.path.pkey, q.path.destQPN, true, psn)
+		sel := uint32(0) // the range, not the whole region
+		b.FETH(sel<<4 | uint32(wr.FlushType)&0xF)
+		b.RETH(wr.RemoteAddr, wr.RKey, wr.FlushLen)
+	case kAtomicWrite:
+		b.BTH(ib.AtomicWrite, false, 0, q.path.pkey, q.path.destQPN, true, psn)
+		b.RETH(wr.RemoteAddr, wr.RKey, 8)
+		n, pad = 8, 0
+		off = 0
+	}
+	h := len(b.H)
+	pkt := b.H[:h+n+pad]
+	if n > 0 {
+		if e.kind == kAtomicWrite || e.kind == kSend || e.kind == kWrite {
+			segs, _ := q.req.Payload(e.w, s.segs[:0])
+			s.segs = segs
+			engine.CopyFrom(pkt[h:h+n], segs, off)
+		}
+	}
+	clear(pkt[h+n:])
+	s.buf = b.H[:0]
+	if cap(s.buf) < h+n+pad+ib.ICRCLen {
+		// Only when the MTU grew: the buffer is reused from then on.
+		nb := make([]byte, h+n+pad, h+n+pad+ib.ICRCLen+64)
+		copy(nb, pkt)
+		pkt, s.buf = nb, nb[:0]
+	}
+	q.d.send(pkt, q.path.dst, &s.sa)
+	s.armTimer()
+}
+
+// armTimer starts the ACK timeout when packets are outstanding and it is
+// not running; q.mu is held.
+func (s *sendState) armTimer() {
+	if s.timerOn || s.rnrWait {
+		return
+	}
+	if t := ackTimeout(s.q.path.timeout); t > 0 {
+		s.timerOn = true
+		s.timer.Reset(t)
+	}
+}
+
+// restartTimer restarts the ACK timeout after progress (or stops it when
+// nothing is outstanding); q.mu is held.
+func (s *sendState) restartTimer() {
+	s.timer.Stop()
+	s.timerOn = false
+	if ib.PSNDiff(s.nxt, s.una) > 0 {
+		s.armTimer()
+	}
+}
+
+// timeout is the local ACK timeout: go back to the oldest unacknowledged
+// PSN, or give up after retry_cnt retries.
+func (s *sendState) timeout() {
+	q := s.q
+	q.mu.Lock()
+	s.timerOn = false
+	if q.dead.Load() || s.n == 0 {
+		q.mu.Unlock()
+		return
+	}
+	if s.retries--; s.retries < 0 {
+		s.fail(s.at(0), verbs.WCRetryExcErr)
+		q.mu.Unlock()
+		s.flushDone()
+		return
+	}
+	s.goBack(s.una)
+	q.mu.Unlock()
+}
+
+// rnrExpired resends after an RNR NAK's timer.
+func (s *sendState) rnrExpired() {
+	q := s.q
+	q.mu.Lock()
+	s.rnrWait = false
+	if !q.dead.Load() {
+		s.transmit()
+		s.armTimer()
+	}
+	q.mu.Unlock()
+}
+
+// goBack resends from psn: the unit holding it resumes there, every later
+// one from its start (their PSNs stay); q.mu is held.
+func (s *sendState) goBack(psn uint32) {
+	for i := range s.n {
+		e := s.at(i)
+		if !e.assigned {
+			break
+		}
+		d := int(ib.PSNDiff(psn, e.first))
+		switch {
+		case d >= e.psns:
+			continue // before psn
+		case d < 0:
+			e.sent = 0 // after it
+			continue
+		}
+		if i < s.tx || s.tx == i {
+			s.tx = i
+		}
+		if e.kind == kRead {
+			e.sent = 0 // the request again, for what has not arrived
+		} else {
+			e.sent = d
+		}
+		s.nxt = psn
+	}
+	s.transmit()
+	s.armTimer()
+}
+
+// response handles an ACK, NAK, READ response or atomic ACK (the device's
+// receive lock is held).
+func (s *sendState) response(p *ib.Packet) {
+	q := s.q
+	q.mu.Lock()
+	if !s.started || s.n == 0 {
+		q.mu.Unlock()
+		return // a late or duplicate response
+	}
+	switch {
+	case p.Op == ib.Acknowledge:
+		s.ack(p)
+	case p.Op == ib.AtomicAcknowledge:
+		s.atomicAck(p)
+	case p.Mask&ib.IsRead != 0:
+		s.readResponse(p)
+	}
+	q.mu.Unlock()
+	s.flushDone()
+}
+
+// ackUpTo completes every unit whose PSNs are all at or before psn and
+// that needs no response of its own; a READ or atomic whose responses
+// should have come is asked again. It reports whether it made progress.
+func (s *sendState) ackUpTo(psn uint32) bool {
+	progress := false
+	for s.n > 0 {
+		e := s.at(0)
+		if !e.assigned {
+			break
+		}
+		last := ib.PSNAdd(e.first, e.psns-1)
+		if ib.PSNDiff(psn, last) < 0 {
+			if ib.PSNDiff(psn, e.first) >= 0 && e.kind != kRead && e.kind != kAtomic {
+				s.una = ib.PSNAdd(psn, 1) // part of a long message
+				progress = true
+			}
+			break
+		}
+		if e.kind == kRead || e.kind == kAtomic {
+			// Acknowledged past a READ or atomic whose response did not
+			// come: it was lost; ask again.
+			if s.goneBack != ib.PSNAdd(e.first, e.got)+1 {
+				s.goneBack = ib.PSNAdd(e.first, e.got) + 1
+				s.goBack(ib.PSNAdd(e.first, e.got))
+			}
+			break
+		}
+		s.complete(verbs.WCSuccess)
+		progress = true
+	}
+	return progress
+}
+
+// complete finishes the oldest unit's work request with st.
+func (s *sendState) complete(st verbs.WCStatus) {
+	e := s.at(0)
+	last := ib.PSNAdd(e.first, e.psns-1)
+	s.done = append(s.done, doneWR{e.w, e.seq, st})
+	e.w = nil
+	clear(e.sink)
+	s.head = (s.head + 1) % len(s.ring)
+	s.n--
+	if s.tx > 0 {
+		s.tx--
+	}
+	s.una = ib.PSNAdd(last, 1)
+	if ib.PSNDiff(s.nxt, s.una) < 0 {
+		s.nxt = s.una
+	}
+	s.retries = int(s.q.path.retryCnt)
+	s.rnrLeft = int(s.q.path.rnrRetry)
+	s.goneBack = 0
+}
+
+// fail completes the oldest work request with st; the engine then fails
+// the QP, flushing the rest.
+func (s *sendState) fail(e *swqe, st verbs.WCStatus) {
+	s.done = append(s.done, doneWR{e.w, e.seq, st})
+	s.head, s.n, s.tx = 0, 0, 0
+	s.timer.Stop()
+	s.timerOn = false
+}
+
+// flushDone hands the finished work requests to the engine, outside
+// q.mu, and sends what they released.
+func (s *sendState) flushDone() {
+	q := s.q
+	q.mu.Lock()
+	ds := s.done
+	s.done = nil
+	q.mu.Unlock()
+	more := false
+	for _, d := range ds {
+		more = q.req.CompleteDeferred(d.w, d.seq, d.st) || more
+	}
+	if more {
+		q.req.Transmit()
+	}
+	if len(ds) > 0 {
+		q.mu.Lock()
+		if s.done == nil {
+			s.done = ds[:0] // keep the array
+		}
+		q.mu.Unlock()
+	}
+}
+
+// ack handles an ACK or a NAK.
+func (s *sendState) ack(p *ib.Packet) {
+	syn := p.Syndrome
+	switch syn & 0xE0 {
+	case ib.SyndromeACK:
+		if s.ackUpTo(p.PSN) {
+			s.restartTimer()
+		}
+		s.transmit()
+	case ib.SyndromeRNR:
+		s.ackUpTo(ib.PSNAdd(p.PSN, -1))
+		if s.n == 0 {
+			return
+		}
+		if s.q.path.rnrRetry != 7 {
+			if s.rnrLeft--; s.rnrLeft < 0 {
+				s.fail(s.at(0), verbs.WCRnrRetryExcErr)
+				return
+			}
+		}
+		s.rnrWait = true // nothing goes out until the timer: goBack only sets the point
+		s.timer.Stop()
+		s.timerOn = false
+		s.goBack(p.PSN)
+		s.rnrTimer.Reset(engine.RNRDelay(syn & 0x1F))
+	case ib.SyndromeNAK:
+		s.ackUpTo(ib.PSNAdd(p.PSN, -1))
+		if s.n == 0 {
+			return
+		}
+		switch syn & 0x1F {
+		case ib.NAKPSNSeq:
+			if s.retries--; s.retries < 0 {
+				s.fail(s.at(0), verbs.WCRetryExcErr)
+				return
+			}
+			s.goBack(p.PSN)
+		case ib.NAKInvalidReq:
+			s.fail(s.at(0), verbs.WCRemInvReqErr)
+		case ib.NAKRemAccess:
+			s.fail(s.at(0), verbs.WCRemAccessErr)
+		case ib.NAKInvalidRD:
+			s.fail(s.at(0), verbs.WCRemInvRDReqErr)
+		default:
+			s.fail(s.at(0), verbs.WCRemOpErr)
+		}
+	}
+}
+
+// readResponse places a READ response packet.
+func (s *sendState) readResponse(p *ib.Packet) {
+	// Responses to a READ also acknowledge what came before it.
+	for s.n > 0 && s.at(0).kind != kRead {
+		e := s.at(0)
+		if !e.assigned || ib.PSNDiff(p.PSN, ib.PSNAdd(e.first, e.psns-1)) <= 0 {
+			return // not for the oldest READ: stale
+		}
+		s.complete(verbs.WCSuccess)
+	}
+	if s.n == 0 {
+		return
+	}
+	e := s.at(0)
+	want := ib.PSNAdd(e.first, e.got)
+	switch d := ib.PSNDiff(p.PSN, want); {
+	case d < 0:
+		return // a duplicate
+	case d > 0:
+		// Responses were lost: ask again from the first missing one, once.
+		if d < int32(e.psns) && s.goneBack != want+1 {
+			s.goneBack = want + 1
+			s.goBack(want)
+		}
+		return
+	}
+	mtu := s.q.path.mtu
+	first, last := p.Mask&ib.IsFirst != 0, p.Mask&ib.IsLast != 0
+	n := len(p.Payload)
+	lastPkt := e.got == e.psns-1
+	switch {
+	case first != (e.got == 0), last != lastPkt,
+		!last && n != mtu,
+		last && e.got*mtu+n != int(e.rlen):
+		s.fail(e, verbs.WCBadRespErr) // a response that does not fit the request
+		return
+	}
+	engine.CopyInto(e.sink, int(e.roff)+e.got*mtu, p.Payload)
+	e.got++
+	s.una = ib.PSNAdd(p.PSN, 1)
+	s.retries = int(s.q.path.retryCnt)
+	if !last {
+		s.restartTimer()
+		return
+	}
+	e.roff += e.rlen
+	if e.roff < e.total {
+		// The next chunk: new PSNs, after everything assigned so far (the
+		// READ is the last unit sent: nothing after it went out).
+		s.plan(e)
+		s.tx = 0
+		s.npsn, s.nxt = s.una, s.una
+		s.restartTimer()
+		s.transmit()
+		return
+	}
+	e.psns = e.got
+	s.complete(verbs.WCSuccess)
+	s.restartTimer()
+	s.transmit()
+}
+
+// atomicAck takes an atomic's result.
+func (s *sendState) atomicAck(p *ib.Packet) {
+	s.ackUpTo(ib.PSNAdd(p.PSN, -1))
+	if s.n == 0 {
+		return
+	}
+	e := s.at(0)
+	if e.kind != kAtomic || p.PSN != e.first {
+		return // stale
+	}
+	if p.Syndrome&0xE0 != ib.SyndromeACK {
+		s.ack(p)
+		return
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], p.Orig) // the sink holds it in host order
+	engine.CopyInto(e.sink, 0, b[:])
+	e.got = 1
+	s.complete(verbs.WCSuccess)
+	s.restartTimer()
+	s.transmit()
+}

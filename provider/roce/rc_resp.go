@@ -1,0 +1,450 @@
+package roce
+
+import (
+	"net/netip"
+
+	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// respState is the responder of an RC QP: it executes the peer's requests
+// in PSN order and answers them. The device's receive lock serialises it.
+type respState struct {
+	q       *qp
+	peer    netip.Addr
+	epsn    uint32 // the PSN expected next
+	msn     uint32 // messages completed
+	nakSent bool   // a sequence NAK for epsn went out
+
+	// the SEND being received
+	recv struct {
+		active bool
+		rc     *engine.RecvCtx
+		segs   [][]byte
+		off    int
+		room   int
+	}
+	// the RDMA WRITE being placed
+	write struct {
+		active bool
+		dst    []byte
+		off    int
+	}
+	// READs and atomics executed, for a duplicate to be answered again
+	res     []resEntry
+	resNext int
+
+	buf []byte
+	sa  sockaddr
+}
+
+type resEntry struct {
+	valid       bool
+	read        bool
+	first, last uint32 // PSNs of the responses
+	va          uint64
+	rkey        uint32
+	length      uint32
+	orig        uint64 // an atomic's result
+}
+
+func (r *respState) init(q *qp) {
+	r.q = q
+	r.buf = make([]byte, 0, 4096+128)
+}
+
+// reset prepares the responder for a connection (the move to RTR).
+func (r *respState) reset(epsn uint32) {
+	q := r.q
+	r.peer = q.path.dst
+	r.epsn, r.msn, r.nakSent = epsn&0xFFFFFF, 0, false
+	r.recv.active, r.write.active = false, false
+	r.res = make([]resEntry, max(1, int(q.ep.Attr().MaxDestRdAtomic), maxIRDORD))
+	r.resNext = 0
+}
+
+// request executes (or answers again) a request packet.
+func (r *respState) request(p *ib.Packet, ho *engine.Handoff) {
+	switch d := ib.PSNDiff(p.PSN, r.epsn); {
+	case d > 0:
+		// Packets were lost: tell the requester once, and drop until it
+		// resends from epsn (go-back-N).
+		if !r.nakSent {
+			r.nakSent = true
+			r.reply(ib.Acknowledge, ib.SyndromeNAK|ib.NAKPSNSeq, r.epsn)
+		}
+		return
+	case d < 0:
+		r.duplicate(p)
+		return
+	}
+	m := p.Mask
+	var ok bool
+	switch {
+	case m&ib.IsSend != 0:
+		ok = r.send(p, ho)
+	case m&ib.IsWrite != 0:
+		ok = r.rdmaWrite(p)
+	case p.Op == ib.ReadRequest:
+		r.read(p)
+		return
+	case p.Op == ib.CompareSwap || p.Op == ib.FetchAdd:
+		r.atomic(p)
+		return
+	case p.Op == ib.Flush || p.Op == ib.AtomicWrite:
+		ok = r.flushOrAtomicWrite(p)
+	default:
+		r.invalid(p)
+		return
+	}
+	if !ok {
+		return
+	}
+	r.epsn = ib.PSNAdd(r.epsn, 1)
+	r.nakSent = false
+	if p.AckReq {
+		r.reply(ib.Acknowledge, ib.SyndromeACK|ib.CreditsNone, p.PSN)
+	}
+}
+
+// invalid refuses a request that breaks the transport's rules: the
+// requester's request fails with REM_INV_REQ_ERR and this QP moves to ERR.
+func (r *respState) invalid(p *ib.Packet) {
+	r.reply(ib.Acknowledge, ib.SyndromeNAK|ib.NAKInvalidReq, p.PSN)
+	r.q.resp.Fatal(verbs.EventQPReqErr)
+}
+
+// accessError refuses an access the registration does not grant.
+func (r *respState) accessError(p *ib.Packet) {
+	r.reply(ib.Acknowledge, ib.SyndromeNAK|ib.NAKRemAccess, p.PSN)
+	r.q.resp.Fatal(verbs.EventQPAccessErr)
+}
+
+// send places a SEND packet; false when it was not executed (RNR, an error).
+func (r *respState) send(p *ib.Packet, ho *engine.Handoff) bool {
+	q := r.q
+	mtu := q.path.mtu
+	first, last := p.Mask&ib.IsFirst != 0, p.Mask&ib.IsLast != 0
+	n := len(p.Payload)
+	if !last && n != mtu || n > mtu || first == r.recv.active {
+		r.invalid(p)
+		return false
+	}
+	wc := verbs.WC{Opcode: verbs.WCRecv, SrcQP: q.path.destQPN}
+	if first && last && p.Mask&ib.HasIETH == 0 {
+		// A whole message: the engine's one-step delivery.
+		wc.ByteLen = uint32(n)
+		if p.Mask&ib.HasImm != 0 {
+			wc.Flags, wc.ImmData = verbs.WCFlagWithImm, p.Imm
+		}
+		ok, st := q.resp.Deliver(p.Payload, &wc, p.SE, ho)
+		switch {
+		case !ok:
+			r.rnr(p)
+			return false
+		case st != verbs.WCSuccess:
+			r.recvFailed(p, st)
+			return false
+		}
+		r.msn++
+		return true
+	}
+	if first {
+		rc, ok := q.resp.TakeRecv()
+		if !ok {
+			r.rnr(p)
+			return false
+		}
+		segs, st := q.resp.RecvSegments(rc, r.recv.segs[:0])
+		r.recv.segs = segs
+		r.recv.active, r.recv.rc, r.recv.off, r.recv.room = true, rc, 0, engine.TotalLen(segs)
+		if st != verbs.WCSuccess {
+			r.recvError(p, st)
+			return false
+		}
+	}
+	if r.recv.off+n > r.recv.room {
+		r.recvError(p, verbs.WCLocLenErr)
+		return false
+	}
+	engine.CopyInto(r.recv.segs, r.recv.off, p.Payload)
+	r.recv.off += n
+	if !last {
+		return true
+	}
+	wc.ByteLen = uint32(r.recv.off)
+	switch {
+	case p.Mask&ib.HasImm != 0:
+		wc.Flags, wc.ImmData = verbs.WCFlagWithImm, p.Imm
+	case p.Mask&ib.HasIETH != 0:
+		if q.resp.Invalidate(p.Imm) != engine.FaultNone {
+			r.recvError(p, verbs.WCLocQPOpErr)
+			return false
+		}
+		wc.Flags, wc.ImmData = verbs.WCFlagWithInv, p.Imm
+	}
+	r.recv.active = false
+	q.resp.CompleteRecv(r.recv.rc, &wc, p.SE)
+	r.msn++
+	return true
+}
+
+// recvError completes the receive being filled with st and refuses the
+// request: a buffer too small is the requester's invalid request, anything
+// else an operational error here.
+func (r *respState) recvError(p *ib.Packet, st verbs.WCStatus) {
+	wc := verbs.WC{Opcode: verbs.WCRecv, Status: st, SrcQP: r.q.path.destQPN}
+	r.q.resp.CompleteRecv(r.recv.rc, &wc, false)
+	r.recv.active = false
+	r.recvFailed(p, st)
+}
+
+// recvFailed refuses a SEND whose receive completed with st.
+func (r *respState) recvFailed(p *ib.Packet, st verbs.WCStatus) {
+	code := uint8(ib.NAKRemOp)
+	if st == verbs.WCLocLenErr || st == verbs.WCLocQPOpErr {
+		code = ib.NAKInvalidReq
+	}
+	r.reply(ib.Acknowledge, ib.SyndromeNAK|code, p.PSN)
+	r.q.resp.Fail()
+}
+
+// rnr refuses a packet that needs a receive when none is posted: the
+// requester retries it after our min_rnr_timer.
+func (r *respState) rnr(p *ib.Packet) {
+	r.reply(ib.Acknowledge, ib.SyndromeRNR|r.q.resp.MinRNRTimer()&0x1F, p.PSN)
+}
+
+// rdmaWrite places an RDMA WRITE packet.
+func (r *respState) rdmaWrite(p *ib.Packet) bool {
+	q := r.q
+	mtu := q.path.mtu
+	first, last := p.Mask&ib.IsFirst != 0, p.Mask&ib.IsLast != 0
+	n := len(p.Payload)
+	if !last && n != mtu || n > mtu || first == r.write.active {
+		r.invalid(p)
+		return false
+	}
+	var rc *engine.RecvCtx
+	if last && p.Mask&ib.HasImm != 0 {
+		// The immediate consumes a receive: taken before anything is
+		// placed, so that an RNR leaves nothing to undo.
+		var ok bool
+		if rc, ok = q.resp.TakeRecv(); !ok {
+			r.rnr(p)
+			return false
+		}
+	}
+	if first {
+		dst, f := q.resp.Resolve(p.RKey, p.VA, p.DMALen, verbs.AccessRemoteWrite)
+		if f != engine.FaultNone {
+			if rc != nil {
+				wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, Status: verbs.WCWRFlushErr, SrcQP: q.path.destQPN}
+				q.resp.CompleteRecv(rc, &wc, false)
+			}
+			r.accessError(p)
+			return false
+		}
+		r.write.active, r.write.dst, r.write.off = true, dst, 0
+	}
+	if r.write.off+n > len(r.write.dst) || last && r.write.off+n != len(r.write.dst) {
+		r.invalid(p)
+		return false
+	}
+	copy(r.write.dst[r.write.off:], p.Payload)
+	r.write.off += n
+	if !last {
+		return true
+	}
+	r.write.active = false
+	if rc != nil {
+		wc := verbs.WC{Opcode: verbs.WCRecvRDMAWithImm, SrcQP: q.path.destQPN, ByteLen: uint32(r.write.off),
+			Flags: verbs.WCFlagWithImm, ImmData: p.Imm}
+		q.resp.CompleteRecv(rc, &wc, p.SE)
+	}
+	r.write.dst = nil
+	r.msn++
+	return true
+}
+
+// read executes an RDMA READ request: its responses go out now.
+func (r *respState) read(p *ib.Packet) {
+	q := r.q
+	if q.resp.IRD() == 0 {
+		r.invalid(p)
+		return
+	}
+	src, f := q.resp.Resolve(p.RKey, p.VA, p.DMALen, verbs.AccessRemoteRead)
+	if f != engine.FaultNone {
+		r.accessError(p)
+		return
+	}
+	n := max(1, (int(p.DMALen)+q.path.mtu-1)/q.path.mtu)
+	r.remember(resEntry{valid: true, read: true, first: p.PSN, last: ib.PSNAdd(p.PSN, n-1), va: p.VA, rkey: p.RKey, length: p.DMALen})
+	r.msn++
+	r.epsn = ib.PSNAdd(r.epsn, n)
+	r.nakSent = false
+	r.readResponses(p.PSN, src)
+}
+
+// readResponses sends the responses of a READ of src whose first is psn.
+func (r *respState) readResponses(psn uint32, src []byte) {
+	mtu := r.q.path.mtu
+	n := max(1, (len(src)+mtu-1)/mtu)
+	for i := range n {
+		op := ib.ReadResponseMid
+		switch {
+		case n == 1:
+			op = ib.ReadResponseOnly
+		case i == 0:
+			op = ib.ReadResponseFirst
+		case i == n-1:
+			op = ib.ReadResponseLast
+		}
+		chunk := src[min(i*mtu, len(src)):min((i+1)*mtu, len(src))]
+		var b ib.Builder
+		b.H = r.buf[:0]
+		b.BTH(op, false, ib.Pad(len(chunk)), r.q.path.pkey, r.q.path.destQPN, false, ib.PSNAdd(psn, i))
+		if op.Info().Mask&ib.HasAETH != 0 {
+			b.AETH(ib.SyndromeACK|ib.CreditsNone, r.msn)
+		}
+		r.out(b.H, chunk)
+	}
+}
+
+// remember keeps a READ or atomic for its duplicates.
+func (r *respState) remember(e resEntry) {
+	r.res[r.resNext] = e
+	r.resNext = (r.resNext + 1) % len(r.res)
+}
+
+// atomic executes CmpSwap or FetchAdd.
+func (r *respState) atomic(p *ib.Packet) {
+	q := r.q
+	if q.resp.IRD() == 0 {
+		r.invalid(p)
+		return
+	}
+	op, cmpAdd, swap := verbs.WRAtomicFetchAndAdd, p.SwapAdd, uint64(0)
+	if p.Op == ib.CompareSwap {
+		op, cmpAdd, swap = verbs.WRAtomicCmpAndSwp, p.Compare, p.SwapAdd
+	}
+	orig, f := q.resp.Atomic(p.RKey, p.VA, op, cmpAdd, swap)
+	switch f {
+	case engine.FaultNone:
+	case engine.FaultAlign:
+		r.invalid(p)
+		return
+	default:
+		r.accessError(p)
+		return
+	}
+	r.remember(resEntry{valid: true, first: p.PSN, last: p.PSN, orig: orig})
+	r.msn++
+	r.epsn = ib.PSNAdd(r.epsn, 1)
+	r.nakSent = false
+	r.atomicAck(p.PSN, orig)
+}
+
+func (r *respState) atomicAck(psn uint32, orig uint64) {
+	var b ib.Builder
+	b.H = r.buf[:0]
+	b.BTH(ib.AtomicAcknowledge, false, 0, r.q.path.pkey, r.q.path.destQPN, false, psn)
+	b.AETH(ib.SyndromeACK|ib.CreditsNone, r.msn)
+	b.AtomicAck(orig)
+	r.out(b.H, nil)
+}
+
+// flushOrAtomicWrite executes a FLUSH or an ATOMIC_WRITE (IBTA 1.5).
+func (r *respState) flushOrAtomicWrite(p *ib.Packet) bool {
+	q := r.q
+	if q.resp.IRD() == 0 {
+		r.invalid(p)
+		return false
+	}
+	var f engine.Fault
+	if p.Op == ib.Flush {
+		f = q.resp.Flush(p.RKey, p.VA, p.DMALen, verbs.FlushType(p.FETH&0xF))
+	} else {
+		if len(p.Payload) != 8 || p.DMALen != 8 {
+			r.invalid(p)
+			return false
+		}
+		f = q.resp.AtomicWrite(p.RKey, p.VA, [8]byte(p.Payload))
+	}
+	switch f {
+	case engine.FaultNone:
+	case engine.FaultAlign, engine.FaultPersist:
+		r.invalid(p)
+		return false
+	default:
+		r.accessError(p)
+		return false
+	}
+	r.msn++
+	return true
+}
+
+// duplicate answers a request that was executed already: the requester
+// resent it (its ACK or response was lost, or it went back further).
+func (r *respState) duplicate(p *ib.Packet) {
+	switch {
+	case p.Op == ib.ReadRequest:
+		for i := range r.res {
+			e := &r.res[i]
+			if !e.valid || !e.read || ib.PSNDiff(p.PSN, e.first) < 0 || ib.PSNDiff(p.PSN, e.last) > 0 {
+				continue
+			}
+			// A READ asked again from one of its responses: the range must
+			// be the rest of the original.
+			skip := uint64(ib.PSNDiff(p.PSN, e.first)) * uint64(r.q.path.mtu)
+			if p.VA != e.va+skip || uint64(p.DMALen)+skip != uint64(e.length) || p.RKey != e.rkey {
+				return
+			}
+			src, f := r.q.resp.Resolve(p.RKey, p.VA, p.DMALen, verbs.AccessRemoteRead)
+			if f == engine.FaultNone {
+				r.readResponses(p.PSN, src)
+			}
+			return
+		}
+	case p.Op == ib.CompareSwap || p.Op == ib.FetchAdd:
+		for i := range r.res {
+			if e := &r.res[i]; e.valid && !e.read && e.first == p.PSN {
+				r.atomicAck(p.PSN, e.orig)
+				return
+			}
+		}
+	default:
+		if p.AckReq || p.Mask&ib.IsLast != 0 {
+			r.reply(ib.Acknowledge, ib.SyndromeACK|ib.CreditsNone, ib.PSNAdd(r.epsn, -1))
+		}
+	}
+}
+
+// reply sends an ACK or NAK.
+func (r *respState) reply(op ib.Opcode, syndrome uint8, psn uint32) {
+	var b ib.Builder
+	b.H = r.buf[:0]
+	b.BTH(op, false, 0, r.q.path.pkey, r.q.path.destQPN, false, psn)
+	b.AETH(syndrome, r.msn)
+	r.out(b.H, nil)
+}
+
+// out sends headers h and payload data (padded) to the peer; it waits for
+// room in the socket rather than drop (the responder runs on the receive
+// side, which may wait).
+func (r *respState) out(h, data []byte) {
+	pad := ib.Pad(len(data))
+	n := len(h) + len(data) + pad
+	if cap(r.buf) < n+ib.ICRCLen {
+		nb := make([]byte, len(h), n+ib.ICRCLen+64)
+		copy(nb, h)
+		h = nb
+	}
+	pkt := h[:n]
+	copy(pkt[len(h):], data)
+	clear(pkt[len(h)+len(data):])
+	r.buf = pkt[:0]
+	r.q.d.sendWait(pkt, r.peer, &r.sa)
+}
