@@ -4,7 +4,9 @@
 // GetRecvComp, ...), over any provider that makes connections.
 //
 // An address "host:port" or "tcp://host:port" uses the iWARP provider
-// (TCP; interoperates with Linux siw and librdmacm programs).
+// (TCP; interoperates with Linux siw and librdmacm programs);
+// "roce://host:port" the RoCEv2 provider (IB CM over UDP; interoperates
+// with Linux rxe and RoCE NICs); "unix:/path" or "unix:@name" shared memory.
 //
 // The Go-style entry points are Dial (rdma_create_ep + rdma_connect) and
 // Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
@@ -21,6 +23,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	_ "github.com/goverbs/goverbs/provider/iwarp" // the "tcp" transport
+	_ "github.com/goverbs/goverbs/provider/roce"  // the "roce" transport
 	_ "github.com/goverbs/goverbs/provider/shm"   // the "unix" transport
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -104,11 +107,25 @@ func deviceContext(name string) (*verbs.Context, *verbs.PD, error) {
 // serves addr, and its default protection domain, so that memory can be
 // registered before an identifier exists.
 func DeviceContext(addr string) (*verbs.Context, *verbs.PD, error) {
-	t, _, err := transportFor(addr)
+	t, rest, err := transportFor(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	return deviceContext(t.DeviceName())
+	name, err := deviceName(t, rest)
+	if err != nil {
+		return nil, nil, err
+	}
+	return deviceContext(name)
+}
+
+// deviceName is the device that serves addr: the transport's, or, for a
+// transport whose device depends on the address (RoCE), the one of the
+// local address the peer is reached from (rdma_resolve_addr's choice).
+func deviceName(t cm.Transport, addr string) (string, error) {
+	if r, ok := t.(cm.Router); ok {
+		return r.DeviceFor(addr, false)
+	}
+	return t.DeviceName(), nil
 }
 
 func params(p *ConnParam, maxPD int) (cm.Params, error) {
@@ -196,7 +213,11 @@ func (id *ID) providerConfig() any {
 }
 
 func newID(t cm.Transport, addr string) (*ID, error) {
-	ctx, pd, err := deviceContext(t.DeviceName())
+	name, err := deviceName(t, addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, pd, err := deviceContext(name)
 	if err != nil {
 		return nil, err
 	}

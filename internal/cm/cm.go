@@ -53,6 +53,14 @@ type Transport interface {
 	MaxPrivateData() int
 }
 
+// Router is a Transport whose device depends on the address: RoCE's is
+// the device of the local address a peer is reached from.
+type Router interface {
+	// DeviceFor returns the device a listener at addr (listen) or a
+	// connection to addr uses.
+	DeviceFor(addr string, listen bool) (string, error)
+}
+
 // Listener yields connection requests.
 type Listener interface {
 	// Next waits for the next valid connection request.

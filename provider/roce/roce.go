@@ -55,6 +55,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -85,6 +86,7 @@ func init() {
 		addDevice(a)
 	}
 	driver.Register("roce", provider{})
+	cm.Register(transport{})
 }
 
 // localAddrs returns this host's unicast addresses that RoCEv2 can use:

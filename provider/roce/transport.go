@@ -1,0 +1,84 @@
+package roce
+
+import (
+	"context"
+	"net"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// transport is the provider's connection manager as package rdmacm sees
+// it, under the scheme "roce" (roce://host:port).
+type transport struct{}
+
+func (transport) Name() string        { return "roce" }
+func (transport) MaxPrivateData() int { return MaxPrivateData }
+
+// DeviceName is the first device's (the device of an address is DeviceFor's).
+func (transport) DeviceName() string {
+	devs.Lock()
+	defer devs.Unlock()
+	if len(devs.list) == 0 {
+		return ""
+	}
+	return devs.list[0].eng.Name()
+}
+
+// DeviceFor implements cm.Router: a listener's device is its address's;
+// a dialer's, the one of the local address the peer is reached from.
+func (transport) DeviceFor(addr string, listen bool) (string, error) {
+	ap, err := resolve(addr)
+	if err != nil {
+		if host, _, serr := net.SplitHostPort(addr); listen && serr == nil && host == "" {
+			return transport{}.DeviceName(), nil
+		}
+		return "", err
+	}
+	a := ap.Addr()
+	if !listen {
+		if a, err = sourceFor(a); err != nil {
+			return "", err
+		}
+	}
+	if a.IsUnspecified() {
+		return transport{}.DeviceName(), nil
+	}
+	return addDevice(a).eng.Name(), nil
+}
+
+func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
+	l, err := Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return listener{l}, nil
+}
+
+func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+type listener struct{ *Listener }
+
+func (l listener) Next(ctx context.Context) (cm.Request, error) {
+	r, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return request{r}, nil
+}
+
+type request struct{ *Request }
+
+func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
