@@ -127,9 +127,11 @@ func collect(t *testing.T, cq *verbs.CQ, ids []uint64, got map[uint64]verbs.WC) 
 	return order
 }
 
-// checkFlushedTail checks completions in posting order: successes (what TCP
-// took before the connection ended), then WR_FLUSH_ERR for everything else,
-// the request that was only partly written included.
+// checkFlushedTail checks the completions, in posting order, of requests to
+// a peer that never read and then went: every Read is flushed (it was never
+// answered), and of the Writes and Sends, which TCP takes in order, those it
+// took succeed and the rest, the one that was partly written first, are
+// flushed.
 func checkFlushedTail(t *testing.T, wcs []verbs.WC, ids []uint64) {
 	t.Helper()
 	flushed := 0
@@ -139,16 +141,18 @@ func checkFlushedTail(t *testing.T, wcs []verbs.WC, ids []uint64) {
 		}
 		switch {
 		case wc.Status == verbs.WCWRFlushErr:
-			flushed++
-		case wc.Status == verbs.WCSuccess && flushed == 0:
+			if wc.Opcode != verbs.WCRDMARead {
+				flushed++
+			}
+		case wc.Status == verbs.WCSuccess && wc.Opcode != verbs.WCRDMARead && flushed == 0:
 		default:
-			t.Fatalf("completion %d: %s, want successes then WR_FLUSH_ERR", i, conformance.Describe(wc))
+			t.Fatalf("completion %d: %s, want success for the Writes and Sends TCP took, WR_FLUSH_ERR for the rest", i, conformance.Describe(wc))
 		}
 	}
 	if flushed == 0 {
-		t.Fatal("no request was flushed, though the queue was full when the connection ended")
+		t.Fatal("no Write or Send was flushed, though the queue was full when the connection ended")
 	}
-	t.Logf("%d requests completed before the connection ended, %d flushed", len(wcs)-flushed, flushed)
+	t.Logf("%d requests completed, %d Writes and Sends flushed", len(wcs), flushed)
 }
 
 // TestPostSendPeerNeverReads: a raw peer completes the MPA exchange and
@@ -211,7 +215,10 @@ func TestPostSendPeerNeverReads(t *testing.T) {
 			conformance.WaitState(t, s.QP, verbs.QPSErr)
 			waitDone(t, r.conn)
 			if end == "dead-peer timeout" {
-				if err := r.conn.Err(); !errors.Is(err, syscall.ETIMEDOUT) {
+				// The raw peer's socket is still open: the kernel aborted the
+				// connection. It reports ETIMEDOUT once, to whichever call
+				// touches the socket first; the other then sees end-of-file.
+				if err := r.conn.Err(); !errors.Is(err, syscall.ETIMEDOUT) && !errors.Is(err, iwarp.ErrDisconnected) {
 					t.Errorf("connection error %v, want ETIMEDOUT (TCP_USER_TIMEOUT)", err)
 				}
 			}
