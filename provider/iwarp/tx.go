@@ -22,8 +22,9 @@ import (
 // without waiting (Send on the application's goroutine must never block,
 // as ibv_post_send does not), and what the socket does not take stays in
 // rest: the tail of iov, still pointing into the registered memory and into
-// hbuf, so nothing else goes on the stream, and neither is reused, until the
-// transmit goroutine has written it. Send does not wait for mu either: when
+// hbuf, so nothing else goes on the stream, and neither is reused, until it
+// is written (by the transmit goroutine, or in polled mode by the
+// application's polls: progressTx). Send does not wait for mu either: when
 // the stream is busy it returns Stall, leaving want set, and whoever frees
 // the stream resumes the engine.
 type txSide struct {
@@ -140,8 +141,9 @@ func (c *conn) progressTx() {
 	c.releaseTx(done, seq)
 }
 
-// releaseTx is unlockTx for the transmit goroutine after lockTx: it first
-// completes the request whose last bytes lockTx wrote.
+// releaseTx is unlockTx after lockTx or progressTx wrote the rest of a
+// message: it first completes the request done, if any, whose last bytes
+// they wrote. It is not for the receive side (it may transmit).
 func (c *conn) releaseTx(done *engine.WQE, seq uint64) {
 	free := len(c.tx.rest) == 0
 	c.tx.mu.Unlock()
