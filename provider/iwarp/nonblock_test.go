@@ -584,3 +584,67 @@ func TestPostSendPeerStopped(t *testing.T) {
 		t.Fatalf("the peer's memory differs from the Writes' result from byte %d", i)
 	}
 }
+
+// TestPartialWritesAllocateNothing: posting and polling allocate nothing
+// when messages go out in parts (the socket takes part of each at once, the
+// rest is written by the polls or the transmit goroutine), as on the fast
+// path.
+func TestPartialWritesAllocateNothing(t *testing.T) {
+	leakcheck.Check(t)
+	r := startResponder(t, respOpts{ird: 4, ord: 4, accept: iwarp.Params{IRD: 4, ORD: 4},
+		pairOpts: conformance.PairOpts{BufSize: 4 << 20, CQE: 64}})
+	s := r.side
+	r.raw.write(t, fin(taggedMsg(wire.OpWrite, true, 1, 0, nil), false))
+	// The peer reads everything, into one buffer, until the test ends.
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := r.raw.nc.Read(buf); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	defer func() { close(stop); r.raw.nc.Close(); <-read }()
+	r.raw.nc.SetReadDeadline(time.Time{})
+
+	wr := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{s.MR.SGE(0, 4<<20)}, RemoteAddr: 0x100000, RKey: 0x5678}}
+	wcs := make([]verbs.WC, 4)
+	partial := 0
+	run := func() {
+		if err := s.QP.PostSend(wr); err != nil {
+			t.Fatalf("PostSend: %v", err)
+		}
+		if iwarp.TxPartial(s.QP) {
+			partial++
+		}
+		for end := time.Now().Add(guard); ; {
+			n, err := s.SendCQ.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != verbs.WCSuccess {
+				t.Fatalf("Poll: %v %s", err, conformance.Describe(wcs[0]))
+			}
+			if n > 0 {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("no completion within %v (%s)", guard, iwarp.DebugState(s.QP))
+			}
+		}
+	}
+	run() // the first use of the buffers grows them
+	if allocs := testing.AllocsPerRun(20, run); allocs != 0 {
+		t.Errorf("%v allocations per 4 MiB Write posted and polled", allocs)
+	}
+	if partial == 0 {
+		t.Errorf("no Write was partly written: the test did not test anything")
+	}
+	t.Logf("%d of 22 Writes partly written at first", partial)
+}
