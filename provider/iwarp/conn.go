@@ -113,8 +113,8 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 		c.su.rxSeen.Store(true) // the initiator speaks first
 	}
 	c.rx.pollFn = c.pollFD
-	c.tx.respFn = c.respWrite
-	c.tx.writeFn = c.writeOut
+	c.tx.writeFn = c.writeNow
+	c.tx.waitFn = c.writeRest
 	c.rx.wake = make(chan struct{}, 1)
 	for i := range c.rx.msn {
 		c.rx.msn[i] = 1
@@ -177,8 +177,13 @@ func (c *conn) close(err error, term []byte) {
 	c.once.Do(func() {
 		c.err = err
 		c.term = term
-		// Unblock a sender stuck on a full socket, but leave time for the Terminate.
-		c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		// End the transmit goroutine's wait for room on the socket: at
+		// once, or after a while to let the Terminate out.
+		if term == nil {
+			c.nc.SetWriteDeadline(time.Unix(1, 0))
+		} else {
+			c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		}
 		close(c.dying)
 	})
 }
@@ -204,28 +209,27 @@ func (c *conn) terminate(cause wire.TermError, off wire.Header, ev *verbs.EventT
 
 func evp(e verbs.EventType) *verbs.EventType { return &e }
 
-// txLoop sends responses (RDMA Read and atomic) and, at the end, the
-// Terminate; then it closes the socket.
+// txLoop is the transmit goroutine. It writes what the socket did not take
+// of a message at once (waiting for room: it is the one goroutine that
+// may), sends responses (RDMA Read and atomic), the start-up nudge and, at
+// the end, the Terminate; then it closes the socket.
 func (c *conn) txLoop() {
 	defer close(c.done)
 	for {
 		select {
 		case <-c.txWake:
-			c.sendNudge()
-			if c.needProgress.Swap(false) {
-				c.req.Resume() // a send queue stalled on the MPA start-up rule
-				c.req.Transmit()
-			}
-			if err := c.sendResponses(); err != nil {
-				c.fail(fmt.Errorf("iwarp: send: %w", err), nil, nil)
+			if err := c.txWork(); err != nil {
+				c.fail(sendError(err), nil, nil)
 			}
 		case <-c.dying:
-			c.lockTx()
-			if c.term != nil {
+			c.tx.mu.Lock()
+			// The Terminate follows whole FPDUs only: the rest of a message
+			// goes first, if the socket takes it before the deadline that
+			// close set.
+			if c.term != nil && (len(c.tx.rest) == 0 || c.wait() == nil) {
 				c.nc.Write(c.term)
 			}
-			c.tx.mu.Unlock()
-			c.tx.mu.Lock()
+			c.tx.rest, c.tx.restW = nil, nil
 			if c.su.nudge != nil {
 				c.su.nudge.Stop()
 			}
@@ -240,7 +244,27 @@ func (c *conn) txLoop() {
 	}
 }
 
-// Send implements engine.Transport: it sends w's message(s) on the stream.
+// txWork is one round of the transmit goroutine.
+func (c *conn) txWork() error {
+	done, seq, err := c.lockTx() // the rest of a message
+	if err == nil {
+		err = c.sendNudge()
+	}
+	c.releaseTx(done, seq)
+	if err != nil {
+		return err
+	}
+	if c.needProgress.Swap(false) {
+		c.req.Resume() // a send queue stalled on the MPA start-up rule or on a busy stream
+		c.req.Transmit()
+	}
+	return c.sendResponses()
+}
+
+// Send implements engine.Transport: it puts w's message(s) on the stream.
+// It never waits, neither for the socket nor for the stream's lock (see
+// txSide): a message the socket takes only in part is Pending until the
+// transmit goroutine has written the rest, and a busy stream is a Stall.
 func (c *conn) Send(w *engine.WQE) engine.Result {
 	select {
 	case <-c.dying:
@@ -250,60 +274,12 @@ func (c *conn) Send(w *engine.WQE) engine.Result {
 	if !c.su.rxSeen.Load() {
 		return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU
 	}
-	wr := &w.WR
-	var segs [][]byte
-	var st verbs.WCStatus
-	if err := c.lockTx(); err != nil {
-		c.tx.mu.Unlock()
-		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
-		return engine.Fail(verbs.WCLocQPOpErr)
+	if !c.tryLockTx() {
+		return engine.ResultStall // whoever frees the stream resumes the engine
 	}
-	defer c.tx.mu.Unlock()
-	var err error
-	switch wr.Opcode {
-	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRSendWithImm:
-		if segs, st = c.payload(w); st != verbs.WCSuccess {
-			return engine.Fail(st)
-		}
-		se := wr.Flags&verbs.SendSolicited != 0
-		op := wire.OpSend
-		var inv uint32
-		switch {
-		case wr.Opcode == verbs.WRSendWithInv && se:
-			op, inv = wire.OpSendSEInv, wr.InvalidateRKey
-		case wr.Opcode == verbs.WRSendWithInv:
-			op, inv = wire.OpSendInv, wr.InvalidateRKey
-		case se:
-			op = wire.OpSendSE
-		}
-		if wr.Opcode == verbs.WRSendWithImm {
-			flags := uint32(0)
-			if w.Len > 0 {
-				flags = immSendFollows
-			}
-			if err = c.sendImmediate(wr.ImmData, flags, se && w.Len == 0); err != nil || w.Len == 0 {
-				break
-			}
-		}
-		err = c.sendUntagged(op, inv, segs, int(w.Len))
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		if segs, st = c.payload(w); st != verbs.WCSuccess {
-			return engine.Fail(st)
-		}
-		err = c.sendTagged(wire.OpWrite, wr.RKey, wr.RemoteAddr, segs, int(w.Len))
-		if err == nil && wr.Opcode == verbs.WRRDMAWriteWithImm {
-			err = c.sendImmediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0)
-		}
-	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
-		return c.sendRequest(w)
-	default:
-		return engine.Fail(verbs.WCLocQPOpErr)
-	}
-	if err != nil {
-		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
-		return engine.Fail(verbs.WCLocQPOpErr)
-	}
-	return engine.ResultOK
+	res := c.transmit(w)
+	c.unlockTx(false)
+	return res
 }
 
 func (c *conn) wakeTx() {

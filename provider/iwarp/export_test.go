@@ -24,3 +24,11 @@ func DebugState(qp *verbs.QP) string {
 	nirq := c.irq.len()
 	return fmt.Sprintf("%s orq %d (got %d/%d) irq %d txMSN %v rxMSN %v", ep.Debug(), norq, got, size, nirq, c.tx.msn, c.rx.msn)
 }
+
+// TxPartial reports whether a message on qp's stream is partly written:
+// the socket has not taken all of it yet.
+func TxPartial(qp *verbs.QP) bool {
+	ep, _ := engine.Lookup(qp, dev)
+	c, ok := ep.Transport().(*conn)
+	return ok && c.tx.restOut.Load()
+}

@@ -24,8 +24,21 @@
 // that arrived together with its header in one read (at most 4 KiB) are
 // copied from that small staging buffer, the rest is read directly into the
 // region. Read responses, atomic responses and Terminates are sent by a
-// second goroutine per connection, so the reading goroutine never blocks on
-// the socket's send side (which could deadlock two peers).
+// second goroutine per connection, the transmit goroutine (a small response
+// goes out from the reading goroutine when the socket takes it at once), so
+// the reading goroutine never blocks on the socket's send side (which could
+// deadlock two peers).
+//
+// Posting never waits for the peer, as ibv_post_send does not: the write
+// is non-blocking, and a message the socket takes only in part (the peer
+// reads slowly, or not at all: a zero window, a stopped process) stays
+// outstanding while the transmit goroutine writes the rest as room appears
+// (or, while the application polls, its polls do). Nothing else goes on the
+// stream meanwhile; requests posted behind it wait in the send queue, and
+// once max_send_wr are outstanding PostSend fails with verbs.ErrQueueFull
+// (ENOMEM in C). A peer that never reads again is detected by the dead-peer
+// timeout (Config.DeadPeerTimeout), and everything outstanding, the partly
+// written message included, is flushed.
 //
 // # Progress: automatic and polled
 //
@@ -41,8 +54,8 @@
 // receive state machine, under a lock.
 // Meanwhile the socket's receive low-water mark is raised (Linux), so that
 // arrivals do not wake an idle runtime thread from epoll_wait for nothing.
-// Large writes go out as raw non-blocking writev calls that wait in the
-// netpoller only when the socket is full.
+// Writes are raw non-blocking writev calls; only the transmit goroutine
+// ever waits in the netpoller for room on a full socket.
 //
 // # Start-up
 //

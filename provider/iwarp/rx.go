@@ -198,6 +198,9 @@ func (c *conn) Progress(engine.Handoff) int {
 	if !c.estabDone.Load() {
 		return 0 // the receive side starts once the QP is established
 	}
+	if c.tx.restOut.Load() {
+		c.progressTx()
+	}
 	if !c.rx.mu.TryLock() {
 		return 0 // the receive goroutine is at it
 	}
@@ -214,8 +217,9 @@ func (c *conn) Progress(engine.Handoff) int {
 func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
 
 // Polled implements engine.Progressor: while the application polls, the
-// receive goroutine steps aside; when it stops, the goroutine is woken to
-// read again.
+// receive goroutine steps aside, and the transmit goroutine leaves the rest
+// of a message the socket did not take at once to the polls (progressTx);
+// when it stops, both are woken to carry on.
 func (c *conn) Polled(on bool) {
 	c.rx.polled.Store(on)
 	if !on {
@@ -223,6 +227,7 @@ func (c *conn) Polled(on bool) {
 		case c.rx.wake <- struct{}{}:
 		default:
 		}
+		c.wakeTx()
 	}
 }
 

@@ -18,17 +18,16 @@ type startup struct {
 }
 
 // sendNudge sends the start-up nudge (see sent) unless an FPDU arrived
-// meanwhile; the transmit goroutine calls it.
-func (c *conn) sendNudge() {
+// meanwhile; the transmit goroutine calls it, holding the stream.
+func (c *conn) sendNudge() error {
 	if !c.su.nudgeNeeded.Swap(false) || c.rx.any.Load() {
-		return
+		return nil
 	}
-	c.lockTx()
-	c.tx.hbuf = grow(c.tx.hbuf[:0], wire.TaggedHeaderLen+8)[:wire.TaggedHeaderLen]
-	wire.PutTagged(c.tx.hbuf, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
-	c.tx.hbuf = wire.FinishFPDU(c.tx.hbuf, 0, c.crc)
-	c.nc.Write(c.tx.hbuf)
-	c.tx.mu.Unlock()
+	b := c.control(wire.TaggedHeaderLen)
+	wire.PutTagged(b, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
+	c.tx.iov = append(c.tx.iov[:0], wire.FinishFPDU(b, 0, c.crc))
+	c.tx.rest = c.tx.iov
+	return c.wait()
 }
 
 // nudgeDelay is how long an initiator waits for the peer's first FPDU

@@ -155,6 +155,7 @@ type respOpts struct {
 	ird, ord int          // the raw peer's MPA v2 IRD and ORD
 	accept   iwarp.Params // goverbs' AcceptConn parameters
 	pairOpts conformance.PairOpts
+	cfg      *iwarp.Config // goverbs' listener configuration
 }
 
 // responder is a goverbs QP accepted through iwarp.Listen by a raw initiator.
@@ -170,7 +171,7 @@ type responder struct {
 func startResponder(t testing.TB, o respOpts) *responder {
 	t.Helper()
 	s := conformance.NewSide(t, open(t), verbs.QPTRC, o.pairOpts)
-	ln, err := iwarp.Listen("127.0.0.1:0", nil)
+	ln, err := iwarp.Listen("127.0.0.1:0", o.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -12,143 +13,353 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// txSide is the transmit side of the stream. mu serialises whole messages:
-// the engine's transmitter (Send), the transmit goroutine (responses, the
-// Terminate) and a response sent from the receive side (respondNow).
+// txSide is the transmit side of the stream. mu serialises whole messages
+// on it: the engine's transmitter (Send), the transmit goroutine (responses,
+// the start-up nudge, the Terminate) and a response sent from the receive
+// side (respondNow).
+//
+// Only the transmit goroutine ever waits for the socket. The others write
+// without waiting (Send on the application's goroutine must never block,
+// as ibv_post_send does not), and what the socket does not take stays in
+// rest: the tail of iov, still pointing into the registered memory and into
+// hbuf, so nothing else goes on the stream, and neither is reused, until it
+// is written (by the transmit goroutine, or in polled mode by the
+// application's polls: progressTx). Send does not wait for mu either: when
+// the stream is busy it returns Stall, leaving want set, and whoever frees
+// the stream resumes the engine.
 type txSide struct {
 	mu      sync.Mutex
 	msn     [4]uint32 // per queue number: next MSN (starts at 1)
 	maxFPDU int
-	hbuf    []byte // headers and trailers of the message being sent
-	iov     [][]byte
-	segs    [][]byte // the payload of the message being sent
-	nb      [][]byte // what emit has left to write
+	hbuf    []byte   // headers and trailers of the message on the stream
+	iov     [][]byte // its FPDUs: headers, payload pieces, trailers
+	segs    [][]byte // the payload of the message being built
+	respSeg [1][]byte
+	ibuf    [wire.ImmediateLen + wire.MaxTrailerLen]byte // an RFC 7306 Immediate Data FPDU
 	wiov    [128]unix.Iovec
-	werr    error
-	writeFn func(fd uintptr) bool
 	crc     wire.CRC
 
-	// a response sent from the receive side (respondNow); pending is what
-	// the socket did not take, which the stream carries before anything else
-	pending  []byte
-	rhdr     [96]byte
-	respIov  [3 * respFPDUs]unix.Iovec
-	respSeg  [1][]byte
-	respBufs [][]byte
-	respN    int
-	respFn   func(fd uintptr)
+	rest    [][]byte    // what the socket has not taken yet of the message on the stream
+	restW   *engine.WQE // a Send or Write that completes once rest is written
+	restSeq uint64
+	werr    error
+	writeFn func(fd uintptr)      // writes rest without waiting (RawConn.Control)
+	waitFn  func(fd uintptr) bool // the same, for RawConn.Write, which then waits for room
+
+	// want: the engine's transmitter found the stream busy and returned
+	// Stall; it is resumed once the stream is free.
+	want atomic.Bool
+	// restOut: rest is not empty (a hint for polled mode, read without mu).
+	restOut atomic.Bool
 }
 
-// lockTx takes the stream and first writes what a response sent from the
-// receive side left unwritten (see respondNow).
-func (c *conn) lockTx() error {
-	c.tx.mu.Lock()
-	if len(c.tx.pending) == 0 {
-		return nil
+// tryLockTx takes the stream for the engine's transmitter without waiting.
+// It fails when another holder has it or a message's rest is still being
+// written; want then makes whoever frees the stream resume the engine.
+// Only the engine's transmitter (one goroutine at a time per QP) sets want.
+func (c *conn) tryLockTx() bool {
+	if !c.tx.mu.TryLock() {
+		// Set before trying again: a holder that lets go after this
+		// TryLock failed sees it.
+		c.tx.want.Store(true)
+		if !c.tx.mu.TryLock() {
+			return false
+		}
+		c.tx.want.Store(false)
 	}
-	p := c.tx.pending
-	c.tx.pending = nil
-	_, err := c.nc.Write(p)
+	if len(c.tx.rest) > 0 {
+		// The transmit goroutine writes it and then resumes the engine.
+		c.tx.want.Store(true)
+		c.tx.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// unlockTx lets go of the stream. When the engine's transmitter found it
+// busy meanwhile and it is free now, the engine is resumed: here, or with
+// later (on the receive side, which never transmits requests) by the
+// transmit goroutine.
+func (c *conn) unlockTx(later bool) {
+	free := len(c.tx.rest) == 0
+	c.tx.mu.Unlock()
+	if free && c.tx.want.Load() && c.tx.want.Swap(false) {
+		if later {
+			c.progressLater()
+		} else {
+			c.req.Resume()
+		}
+	}
+}
+
+// lockTx takes the stream for the transmit goroutine, waiting for it (no
+// other holder keeps it for long: none but this goroutine waits for the
+// socket), and writes what the socket has not taken yet of the message
+// before, waiting for room. It returns the request that this finished, for
+// releaseTx to complete.
+func (c *conn) lockTx() (done *engine.WQE, seq uint64, err error) {
+	c.tx.mu.Lock()
+	if len(c.tx.rest) == 0 {
+		return nil, 0, nil
+	}
+	if err := c.wait(); err != nil {
+		c.tx.restW = nil // the QP's flush completes it
+		return nil, 0, err
+	}
+	done, seq = c.tx.restW, c.tx.restSeq
+	c.tx.restW = nil
+	c.tx.restOut.Store(false)
+	return done, seq, nil
+}
+
+// progressTx is polled mode's transmit side, called by the application's
+// CQ.Poll: it writes without waiting what the socket has not taken yet of
+// the message on the stream, and completes that message once it is out.
+// While the application polls, this replaces the transmit goroutine's
+// wait for room, and its wake-up (tens of microseconds) with it.
+func (c *conn) progressTx() {
+	if !c.tx.mu.TryLock() {
+		return // its holder writes it, or the transmit goroutine waits for room
+	}
+	if len(c.tx.rest) == 0 {
+		c.unlockTx(false)
+		return
+	}
+	c.tx.werr = nil
+	raceRelease()
+	c.raw.Control(c.tx.writeFn)
+	if len(c.tx.rest) > 0 || c.tx.werr != nil {
+		if c.tx.werr != nil {
+			c.wakeTx() // the transmit goroutine meets the error and fails the connection
+		}
+		c.tx.mu.Unlock()
+		return
+	}
+	done, seq := c.tx.restW, c.tx.restSeq
+	c.tx.restW = nil
+	c.tx.restOut.Store(false)
+	c.releaseTx(done, seq)
+}
+
+// releaseTx is unlockTx after lockTx or progressTx wrote the rest of a
+// message: it first completes the request done, if any, whose last bytes
+// they wrote. It is not for the receive side (it may transmit).
+func (c *conn) releaseTx(done *engine.WQE, seq uint64) {
+	free := len(c.tx.rest) == 0
+	c.tx.mu.Unlock()
+	if done != nil {
+		c.req.Complete(done, seq, verbs.WCSuccess)
+	}
+	if free && c.tx.want.Load() && c.tx.want.Swap(false) {
+		c.req.Resume()
+	}
+}
+
+// put writes the message laid out in iov without waiting. What the socket
+// does not take stays in c.tx.rest, and the transmit goroutine is woken to
+// write it. c.tx.mu is held.
+func (c *conn) put(iov [][]byte) error {
+	c.tx.iov, c.tx.rest, c.tx.werr = iov, iov, nil
+	raceRelease()
+	err := c.raw.Control(c.tx.writeFn)
+	if c.tx.werr != nil {
+		err = c.tx.werr
+	}
+	c.sent()
+	if len(c.tx.rest) > 0 {
+		c.tx.restOut.Store(true)
+		// While the application polls, its polls write the rest
+		// (progressTx); otherwise, and on an error, the transmit goroutine
+		// does (it fails the connection on the error).
+		if err != nil || !c.rx.polled.Load() {
+			c.wakeTx()
+		}
+	}
 	return err
 }
 
-// respondNow sends a one-FPDU response (a Read Response or an Atomic
-// Response) from the receive side, saving the transmit goroutine's wake-up
-// (tens of microseconds) on the read and atomic latency path. It never
-// blocks: it needs the stream free and writes without waiting; what the
-// socket does not take at once is kept in c.tx.pending, which the next owner
-// of the stream writes before anything else.
+// wait writes c.tx.rest, waiting in the netpoller whenever the socket is
+// full. Only the transmit goroutine calls it; c.tx.mu is held. It ends with
+// an error when the connection dies (the kernel's error, or the write
+// deadline that close sets).
+func (c *conn) wait() error {
+	c.tx.werr = nil
+	raceRelease()
+	err := c.raw.Write(c.tx.waitFn)
+	if c.tx.werr != nil {
+		err = c.tx.werr
+	}
+	if err == nil {
+		c.sent()
+	}
+	return err
+}
+
+func (c *conn) writeNow(fd uintptr) { c.writeRest(fd) }
+
+// writeRest writes c.tx.rest with raw non-blocking writevs and reports
+// false when the socket is full. A large write takes hundreds of
+// microseconds in the kernel: as an ordinary syscall it would let the
+// runtime's monitor hand the goroutine's P to another thread each time, a
+// context switch per message on small machines.
+func (c *conn) writeRest(fd uintptr) bool {
+	for len(c.tx.rest) > 0 {
+		if len(c.tx.rest[0]) == 0 {
+			c.tx.rest = c.tx.rest[1:]
+			continue
+		}
+		w, err := writevNB(int(fd), c.tx.wiov[:], c.tx.rest[:min(len(c.tx.rest), len(c.tx.wiov))])
+		if err != nil {
+			c.tx.werr = err
+			return true
+		}
+		if w == 0 {
+			return false
+		}
+		for len(c.tx.rest) > 0 && w >= len(c.tx.rest[0]) {
+			w -= len(c.tx.rest[0])
+			c.tx.rest = c.tx.rest[1:]
+		}
+		if w > 0 {
+			c.tx.rest[0] = c.tx.rest[0][w:]
+		}
+	}
+	return true
+}
+
+// transmit puts w's message(s) on the stream without waiting. A message the
+// socket takes only in part is Pending: the transmit goroutine writes the
+// rest and then completes a Send or Write (a Read or an atomic completes
+// with its response, as always). c.tx.mu is held.
+func (c *conn) transmit(w *engine.WQE) engine.Result {
+	wr := &w.WR
+	iov := c.tx.iov[:0]
+	switch wr.Opcode {
+	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRSendWithImm:
+		segs, st := c.payload(w)
+		if st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		se := wr.Flags&verbs.SendSolicited != 0
+		op := wire.OpSend
+		var inv uint32
+		switch {
+		case wr.Opcode == verbs.WRSendWithInv && se:
+			op, inv = wire.OpSendSEInv, wr.InvalidateRKey
+		case wr.Opcode == verbs.WRSendWithInv:
+			op, inv = wire.OpSendInv, wr.InvalidateRKey
+		case se:
+			op = wire.OpSendSE
+		}
+		if wr.Opcode == verbs.WRSendWithImm {
+			flags := uint32(0)
+			if w.Len > 0 {
+				flags = immSendFollows
+			}
+			iov = append(iov, c.immediate(wr.ImmData, flags, se && w.Len == 0))
+			if w.Len == 0 {
+				break
+			}
+		}
+		msn := c.nextMSN(wire.QNSend)
+		iov = c.build(iov, wire.UntaggedHeaderLen, segs, int(w.Len), func(h []byte, off, plen int, last bool) {
+			wire.PutUntagged(h, op, last, inv, wire.QNSend, msn, uint32(off), wire.UntaggedHeaderLen-wire.MPALenLen+plen)
+		})
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		segs, st := c.payload(w)
+		if st != verbs.WCSuccess {
+			return engine.Fail(st)
+		}
+		iov = c.buildTagged(iov, wire.OpWrite, wr.RKey, wr.RemoteAddr, segs, int(w.Len))
+		if wr.Opcode == verbs.WRRDMAWriteWithImm {
+			iov = append(iov, c.immediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0))
+		}
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
+		return c.sendRequest(w)
+	default:
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
+	if err := c.put(iov); err != nil {
+		return c.sendFailed(err)
+	}
+	if len(c.tx.rest) > 0 {
+		c.tx.restW, c.tx.restSeq = w, w.Seq()
+		return engine.ResultPending
+	}
+	return engine.ResultOK
+}
+
+// sendFailed ends the connection after a failed write of a request, which
+// completes with LOC_QP_OP_ERR (as on siw). c.tx.mu is held.
+func (c *conn) sendFailed(err error) engine.Result {
+	c.close(sendError(err), nil)
+	return engine.Fail(verbs.WCLocQPOpErr)
+}
+
+func sendError(err error) error { return fmt.Errorf("iwarp: send: %w", err) }
+
+// respondNow sends a response (a Read Response of at most respFPDUs FPDUs
+// or an Atomic Response) from the receive side, saving the transmit
+// goroutine's wake-up (tens of microseconds) on the read and atomic latency
+// path. It never blocks: it needs the stream free and writes without
+// waiting; what the socket does not take at once stays in c.tx.rest for the
+// transmit goroutine.
 func (c *conn) respondNow(r *resp) bool {
 	if !c.tx.mu.TryLock() {
 		return false
 	}
-	defer c.tx.mu.Unlock()
-	if len(c.tx.pending) > 0 {
+	if len(c.tx.rest) > 0 {
+		c.unlockTx(true)
 		return false
 	}
-	var bufs [][]byte
+	// An error means the connection is ending: the transmit goroutine,
+	// woken by put, fails it.
+	c.put(c.response(r))
+	c.unlockTx(true)
+	return true
+}
+
+// respFPDUs is the largest response, in FPDUs, that respondNow sends.
+const respFPDUs = 4
+
+// response lays out r's response in c.tx.iov. c.tx.mu is held.
+func (c *conn) response(r *resp) [][]byte {
 	if r.kind == respRead {
 		c.tx.respSeg[0] = r.src
 		segs := c.tx.respSeg[:0]
 		if len(r.src) > 0 {
 			segs = c.tx.respSeg[:1]
 		}
-		stag, to := r.stag, r.to
-		bufs = c.build(wire.TaggedHeaderLen, segs, len(r.src), func(h []byte, off, plen int, last bool) {
-			wire.PutTagged(h, wire.OpReadResponse, last, stag, to+uint64(off), wire.TaggedHeaderLen-wire.MPALenLen+plen)
-		})
-	} else {
-		f := c.tx.rhdr[:wire.AtomicResponseLen]
-		wire.PutAtomicResponse(f, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
-		c.tx.respSeg[0] = wire.FinishFPDU(f, 0, c.crc)
-		bufs = c.tx.respSeg[:1]
+		return c.buildTagged(c.tx.iov[:0], wire.OpReadResponse, r.stag, r.to, segs, len(r.src))
 	}
-	raceRelease()
-	c.tx.respBufs, c.tx.respN = bufs, 0
-	c.raw.Control(c.tx.respFn) // a closed socket leaves respN 0: the rest goes nowhere, as the connection is ending
-	n, total := c.tx.respN, 0
-	for _, b := range bufs {
-		total += len(b)
-	}
-	if n < total {
-		// Keep the rest: the stream must carry it before anything else.
-		rest := make([]byte, 0, total-n)
-		for _, b := range bufs {
-			if n >= len(b) {
-				n -= len(b)
-				continue
-			}
-			rest = append(rest, b[n:]...)
-			n = 0
-		}
-		c.tx.pending = rest
-		c.wakeTx()
-	}
-	return true
+	f := c.control(wire.AtomicResponseLen)
+	wire.PutAtomicResponse(f, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
+	return append(c.tx.iov[:0], wire.FinishFPDU(f, 0, c.crc))
 }
 
-func (c *conn) respWrite(fd uintptr) {
-	c.tx.respN, _ = writevNB(int(fd), c.tx.respIov[:], c.tx.respBufs)
-}
-
-// respFPDUs is the largest response, in FPDUs, that respondNow sends.
-const respFPDUs = 4
-
-// sendResponses sends the queued responses in request order.
+// sendResponses sends the queued responses in request order; the transmit
+// goroutine calls it. A response leaves the queue under the stream's lock,
+// so that respondNow cannot overtake it, but before it is written: once the
+// requester has the response it may send the next request, which must find
+// room.
 func (c *conn) sendResponses() error {
 	for {
-		r, ok := c.irq.pop()
-		if !ok {
-			return nil
+		done, seq, err := c.lockTx()
+		if err == nil {
+			r, ok := c.irq.pop()
+			if !ok {
+				c.releaseTx(done, seq)
+				return nil
+			}
+			c.tx.iov = c.response(&r)
+			c.tx.rest = c.tx.iov
+			err = c.wait()
 		}
-		err := c.lockTx()
-		if err != nil {
-			c.tx.mu.Unlock()
-			return err
-		}
-		switch r.kind {
-		case respRead:
-			err = c.sendTagged(wire.OpReadResponse, r.stag, r.to, oneSeg(r.src), len(r.src))
-		case respAtomic:
-			c.tx.hbuf = c.tx.hbuf[:0]
-			c.tx.hbuf = grow(c.tx.hbuf, wire.AtomicResponseLen+8)[:wire.AtomicResponseLen]
-			wire.PutAtomicResponse(c.tx.hbuf, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
-			c.tx.hbuf = wire.FinishFPDU(c.tx.hbuf, 0, c.crc)
-			raceRelease()
-			_, err = c.nc.Write(c.tx.hbuf)
-		}
-		c.tx.mu.Unlock()
+		c.releaseTx(done, seq)
 		if err != nil {
 			return err
 		}
 	}
-}
-
-func oneSeg(b []byte) [][]byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return [][]byte{b}
 }
 
 func grow(b []byte, n int) []byte {
@@ -158,6 +369,13 @@ func grow(b []byte, n int) []byte {
 		return nb
 	}
 	return b
+}
+
+// control returns c.tx.hbuf as a control FPDU of n bytes (a request or an
+// Atomic Response) with room for its trailer. c.tx.mu is held.
+func (c *conn) control(n int) []byte {
+	c.tx.hbuf = grow(c.tx.hbuf[:0], n+wire.MaxTrailerLen)
+	return c.tx.hbuf[:n]
 }
 
 func (c *conn) nextMSN(qn int) uint32 {
@@ -211,11 +429,10 @@ func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 	if len(wr.SGList) > 0 && f.Op == 0 {
 		e.stag, e.to = wr.SGList[0].LKey, wr.SGList[0].Addr
 	}
-	c.tx.hbuf = c.tx.hbuf[:0]
-	var err error
+	var b []byte
 	if wr.Opcode == verbs.WRRDMARead {
-		c.tx.hbuf = grow(c.tx.hbuf, wire.ReadRequestLen+8)[:wire.ReadRequestLen]
-		wire.PutReadRequest(c.tx.hbuf, c.nextMSN(wire.QNReadRequest), &wire.ReadRequestFields{
+		b = c.control(wire.ReadRequestLen)
+		wire.PutReadRequest(b, c.nextMSN(wire.QNReadRequest), &wire.ReadRequestFields{
 			SinkSTag: e.stag, SinkTO: e.to, Size: w.Len, SrcSTag: wr.RKey, SrcTO: wr.RemoteAddr})
 	} else {
 		e.atomic = true
@@ -227,97 +444,41 @@ func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 				AddSwap: wr.Swap, AddSwapMask: ^uint64(0), Compare: wr.CompareAdd, CompareMask: ^uint64(0)}
 		}
 		f.ReqID = c.orq.nextReqID()
-		c.tx.hbuf = grow(c.tx.hbuf, wire.AtomicRequestLen+8)[:wire.AtomicRequestLen]
-		wire.PutAtomicRequest(c.tx.hbuf, c.nextMSN(wire.QNReadRequest), &f)
+		b = c.control(wire.AtomicRequestLen)
+		wire.PutAtomicRequest(b, c.nextMSN(wire.QNReadRequest), &f)
 	}
-	c.tx.hbuf = wire.FinishFPDU(c.tx.hbuf, 0, c.crc)
+	b = wire.FinishFPDU(b, 0, c.crc)
 	// The ORQ entry must exist before the response can arrive.
 	c.orq.push()
-	raceRelease()
-	if _, err = c.nc.Write(c.tx.hbuf); err != nil {
-		c.close(fmt.Errorf("iwarp: send: %w", err), nil)
-		return engine.Fail(verbs.WCLocQPOpErr)
+	if err := c.put(append(c.tx.iov[:0], b)); err != nil {
+		return c.sendFailed(err)
 	}
-	c.sent()
+	// Even when part of the request is still to go: the response, which
+	// cannot come before all of it, completes it.
 	return engine.ResultPending
 }
 
-// sendImmediate sends an RFC 7306 Immediate Data message. c.tx.mu is held.
-func (c *conn) sendImmediate(imm, flags uint32, se bool) error {
-	c.tx.hbuf = c.tx.hbuf[:0]
-	c.tx.hbuf = grow(c.tx.hbuf, wire.ImmediateLen+8)[:wire.ImmediateLen]
-	wire.PutImmediate(c.tx.hbuf, se, c.nextMSN(wire.QNSend), uint64(imm)<<32|uint64(flags))
-	c.tx.hbuf = wire.FinishFPDU(c.tx.hbuf, 0, c.crc)
-	raceRelease()
-	_, err := c.nc.Write(c.tx.hbuf)
-	return err
+// immediate lays out an RFC 7306 Immediate Data message in c.tx.ibuf.
+// c.tx.mu is held.
+func (c *conn) immediate(imm, flags uint32, se bool) []byte {
+	b := c.tx.ibuf[:wire.ImmediateLen]
+	wire.PutImmediate(b, se, c.nextMSN(wire.QNSend), uint64(imm)<<32|uint64(flags))
+	return wire.FinishFPDU(b, 0, c.crc)
 }
 
-// sendUntagged sends a Send message of n bytes gathered from segs. c.tx.mu is held.
-func (c *conn) sendUntagged(op wire.Opcode, inv uint32, segs [][]byte, n int) error {
-	msn := c.nextMSN(wire.QNSend)
-	return c.emit(wire.UntaggedHeaderLen, segs, n, func(h []byte, off, plen int, last bool) {
-		wire.PutUntagged(h, op, last, inv, wire.QNSend, msn, uint32(off), wire.UntaggedHeaderLen-wire.MPALenLen+plen)
-	})
-}
-
-// sendTagged sends a tagged message (RDMA Write or Read Response) of n bytes
-// gathered from segs to stag/to. c.tx.mu is held.
-func (c *conn) sendTagged(op wire.Opcode, stag uint32, to uint64, segs [][]byte, n int) error {
-	return c.emit(wire.TaggedHeaderLen, segs, n, func(h []byte, off, plen int, last bool) {
+// buildTagged lays out a tagged message (RDMA Write or Read Response) of n
+// bytes gathered from segs to stag/to, appending to iov. c.tx.mu is held.
+func (c *conn) buildTagged(iov [][]byte, op wire.Opcode, stag uint32, to uint64, segs [][]byte, n int) [][]byte {
+	return c.build(iov, wire.TaggedHeaderLen, segs, n, func(h []byte, off, plen int, last bool) {
 		wire.PutTagged(h, op, last, stag, to+uint64(off), wire.TaggedHeaderLen-wire.MPALenLen+plen)
 	})
 }
 
-// emit cuts a message into FPDUs and writes them with one gathered write:
-// headers and trailers come from c.tx.hbuf, payload pieces straight from the
-// registered memory in segs. put writes the header of the FPDU carrying
-// plen bytes at message offset off.
-func (c *conn) emit(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) error {
-	c.tx.nb = c.build(hdrLen, segs, n, put)
-	raceRelease()
-	c.tx.werr = nil
-	if err := c.raw.Write(c.tx.writeFn); c.tx.werr == nil {
-		c.tx.werr = err
-	}
-	c.tx.nb = nil
-	c.sent()
-	return c.tx.werr
-}
-
-// writeOut writes c.tx.nb with raw non-blocking writevs and reports false when
-// the socket is full (RawConn.Write then waits for room in the netpoller).
-// A large write takes hundreds of microseconds in the kernel: as an ordinary
-// syscall it would let the runtime's monitor hand the goroutine's P to
-// another thread each time, a context switch per message on small machines.
-func (c *conn) writeOut(fd uintptr) bool {
-	for len(c.tx.nb) > 0 {
-		if len(c.tx.nb[0]) == 0 {
-			c.tx.nb = c.tx.nb[1:]
-			continue
-		}
-		w, err := writevNB(int(fd), c.tx.wiov[:], c.tx.nb[:min(len(c.tx.nb), len(c.tx.wiov))])
-		if err != nil {
-			c.tx.werr = err
-			return true
-		}
-		if w == 0 {
-			return false
-		}
-		for len(c.tx.nb) > 0 && w >= len(c.tx.nb[0]) {
-			w -= len(c.tx.nb[0])
-			c.tx.nb = c.tx.nb[1:]
-		}
-		if w > 0 {
-			c.tx.nb[0] = c.tx.nb[0][w:]
-		}
-	}
-	return true
-}
-
-// build lays out a message's FPDUs in c.tx.iov: headers and trailers in
-// c.tx.hbuf, payload pieces from segs. c.tx.mu is held.
-func (c *conn) build(hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
+// build cuts a message into FPDUs, appended to iov: headers and trailers
+// in c.tx.hbuf, payload pieces straight from the registered memory in segs.
+// put writes the header of the FPDU carrying plen bytes at message offset
+// off. c.tx.mu is held.
+func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	maxp := c.payloadMax(hdrLen)
 	nf := 1
 	if n > 0 {
@@ -328,7 +489,6 @@ func (c *conn) build(hdrLen int, segs [][]byte, n int, put func(h []byte, off, p
 		c.tx.hbuf = make([]byte, 0, nf*per+256)
 	}
 	hb := c.tx.hbuf[:nf*per]
-	iov := c.tx.iov[:0]
 	si, so := 0, 0 // position in segs
 	off := 0
 	for f := 0; f < nf; f++ {
