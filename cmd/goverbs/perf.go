@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
 	"github.com/goverbs/goverbs/rdmacm"
 )
 
