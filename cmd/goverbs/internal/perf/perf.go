@@ -16,11 +16,13 @@ package perf
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
@@ -31,11 +33,16 @@ var Tests = []string{"send_lat", "send_bw", "write_lat", "write_bw", "read_lat",
 
 // Config is what to measure.
 type Config struct {
-	Test     string
-	Size     int
-	Iters    int           // per QP
-	Duration time.Duration // when non-zero, run for this long instead of Iters
-	TxDepth  int
+	Test  string
+	Size  int
+	Iters int // per QP
+	// Duration, when non-zero, makes a bandwidth test (write_bw, read_bw)
+	// post for this long instead of Iters requests; then the requests in
+	// flight complete and the run ends.
+	Duration time.Duration
+	// TxDepth is the number of work requests kept in flight (the send
+	// queue's depth); 0 means 128.
+	TxDepth int
 	// QPs is the number of QPs (connections) a bandwidth test drives in
 	// parallel, round-robin from one goroutine as perftest does; 0 means 1.
 	QPs int
@@ -50,6 +57,11 @@ type Config struct {
 	// Progress, when set, is called about every 200 ms of a measurement
 	// from the measuring goroutine (keep it short).
 	Progress func(Progress)
+	// Match, when set on a server of goverbs' protocol (Serve), is given
+	// the parameters the client asks for (Test, Size, Iters, QPs, Warmup,
+	// Duration, CQMod) before the client is accepted; an error rejects the
+	// client, with the error's text as the reason.
+	Match func(client Config) error
 }
 
 // Progress is how far a measurement is.
@@ -71,9 +83,13 @@ func (c *Config) progress(done int, start time.Time) {
 
 // Result is one measurement.
 type Result struct {
-	Test  string `json:"test"`
-	Bytes int    `json:"bytes"`
-	Iters int    `json:"iterations"`
+	Test string `json:"test"`
+	// Provider is left to the caller (the package knows devices only).
+	Provider string `json:"provider,omitempty"`
+	// Device is the device the measuring end's QPs ran on.
+	Device string `json:"device,omitempty"`
+	Bytes  int    `json:"bytes"`
+	Iters  int    `json:"iterations"`
 	// latency tests, microseconds
 	Min     float64 `json:"t_min_us,omitempty"`
 	Max     float64 `json:"t_max_us,omitempty"`
@@ -109,8 +125,17 @@ func (c *Config) Check() error {
 	if c.Warmup < 0 || c.Warmup > 1<<30 {
 		return fmt.Errorf("warm-up iterations %d", c.Warmup)
 	}
-	if c.TxDepth < 1 {
+	if c.TxDepth < 0 || c.TxDepth > 1<<16 {
+		return fmt.Errorf("send queue depth %d (1 to 65536)", c.TxDepth)
+	}
+	if c.TxDepth == 0 {
 		c.TxDepth = 128
+	}
+	if c.CQMod < 0 {
+		return fmt.Errorf("cq_mod %d", c.CQMod)
+	}
+	if c.Duration < 0 {
+		return fmt.Errorf("duration %v", c.Duration)
 	}
 	if c.QPs < 1 {
 		c.QPs = 1
@@ -121,10 +146,25 @@ func (c *Config) Check() error {
 	if c.QPs > 1 && c.lat() {
 		return fmt.Errorf("-q %d: latency tests run on one QP", c.QPs)
 	}
-	if c.Test == "send_bw" && c.Iters > 8192 {
-		// iWARP has no RNR: every receive is posted before the run, and the
-		// receive queue holds at most this many.
-		c.Iters = 8192
+	return nil
+}
+
+// MaxSendBWIters is the most iterations send_bw runs in goverbs' protocol:
+// iWARP has no RNR retry, so every receive is posted before the run, and
+// the receive queue holds at most this many.
+const MaxSendBWIters = 8192
+
+// checkOwn validates a configuration for goverbs' own protocol (Run,
+// Serve, Loopback).
+func (c *Config) checkOwn() error {
+	if err := c.Check(); err != nil {
+		return err
+	}
+	if c.Test == "send_bw" && c.Iters > MaxSendBWIters {
+		return fmt.Errorf("send_bw runs at most %d iterations (every receive is posted before the run: iWARP has no RNR retry)", MaxSendBWIters)
+	}
+	if c.Duration > 0 && (c.lat() || c.Test == "send_bw") {
+		return fmt.Errorf("%s runs a number of iterations, not a duration (a duration is for write_bw and read_bw)", c.Test)
 	}
 	return nil
 }
@@ -142,20 +182,26 @@ type side struct {
 
 // The private data of goverbs' own protocol: addr, rkey, size, iterations,
 // QPs, then warm-up iterations (a peer that sends only pdLen bytes asks for
-// none).
+// none), then the duration in milliseconds and cq_mod (which only the
+// client uses: they are there for the server's Match) and the test (its
+// index in Tests plus one).
 const (
 	pdLen     = 8 + 4 + 4 + 4 + 4
 	pdWarmLen = pdLen + 4
+	pdFullLen = pdWarmLen + 4 + 4 + 4
 )
 
 func (s *side) privateData(c *Config) []byte {
-	b := make([]byte, pdWarmLen)
+	b := make([]byte, pdFullLen)
 	binary.BigEndian.PutUint64(b, s.mr.Addr())
 	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
 	binary.BigEndian.PutUint32(b[12:], uint32(c.Size))
 	binary.BigEndian.PutUint32(b[16:], uint32(c.Iters))
 	binary.BigEndian.PutUint32(b[20:], uint32(c.QPs))
 	binary.BigEndian.PutUint32(b[24:], uint32(c.Warmup))
+	binary.BigEndian.PutUint32(b[28:], uint32(min(c.Duration.Milliseconds(), math.MaxUint32)))
+	binary.BigEndian.PutUint32(b[32:], uint32(c.CQMod))
+	binary.BigEndian.PutUint32(b[36:], uint32(slices.Index(Tests, c.Test)+1))
 	return b
 }
 
@@ -200,8 +246,9 @@ func (s *side) close() {
 }
 
 // Serve accepts one client on ln (its Config.QPs connections) and plays
-// the passive side of the test the client asks for (size, iterations and
-// QPs come from the client).
+// the passive side of the test: size, iterations, QPs and warm-up come
+// from the client, which must run the server's test (and pass Match, when
+// set).
 func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 	req, err := ln.GetRequest(ctx)
 	if err != nil {
@@ -210,12 +257,29 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 	pd := req.PrivateData()
 	if len(pd) >= pdLen {
 		c.Size, c.Iters, c.QPs = int(binary.BigEndian.Uint32(pd[12:])), int(binary.BigEndian.Uint32(pd[16:])), int(binary.BigEndian.Uint32(pd[20:]))
-		c.Warmup = 0
+		c.Warmup, c.Duration, c.CQMod = 0, 0, 0
 		if len(pd) >= pdWarmLen {
 			c.Warmup = int(binary.BigEndian.Uint32(pd[24:]))
 		}
+		if len(pd) >= pdFullLen {
+			c.Duration = time.Duration(binary.BigEndian.Uint32(pd[28:])) * time.Millisecond
+			c.CQMod = int(binary.BigEndian.Uint32(pd[32:]))
+		}
 	}
-	if err := c.Check(); err != nil {
+	err = c.checkOwn()
+	if len(pd) >= pdFullLen {
+		if t := int(binary.BigEndian.Uint32(pd[36:])) - 1; err == nil && t != slices.Index(Tests, c.Test) {
+			name := "an unknown test"
+			if t >= 0 && t < len(Tests) {
+				name = Tests[t]
+			}
+			err = fmt.Errorf("the client runs %s, this server %s", name, c.Test)
+		}
+	}
+	if err == nil && c.Match != nil {
+		err = c.Match(c)
+	}
+	if err != nil {
 		req.Reject([]byte(err.Error()))
 		req.Close()
 		return err
@@ -319,7 +383,7 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 // Run connects to the server at addr (Config.QPs connections), measures
 // and returns the result.
 func Run(ctx context.Context, addr string, c Config) (Result, error) {
-	if err := c.Check(); err != nil {
+	if err := c.checkOwn(); err != nil {
 		return Result{}, err
 	}
 	var ss []*side
@@ -347,7 +411,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
 			Extensions: c.Test == "atomic_lat"})
 		if err != nil {
-			return Result{}, err
+			return Result{}, refused(err)
 		}
 		if err := s.peer(id.PrivateData()); err != nil {
 			return Result{}, err
@@ -365,6 +429,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		r, err = bandwidth(ctx, &c, ks, Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters})
 	}
 	if err == nil {
+		r.Device = ss[0].id.Context.Device().Name()
 		for _, s := range ss {
 			s.id.Disconnect()
 		}
@@ -372,10 +437,24 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	return r, err
 }
 
+// refused adds to a rejection by a goverbs server the reason it gave (Serve
+// rejects with the text of its error).
+func refused(err error) error {
+	var rej *rdmacm.RejectedError
+	if !errors.As(err, &rej) {
+		return err
+	}
+	why := strings.TrimRight(string(rej.PrivateData), "\x00")
+	if why == "" || strings.ContainsFunc(why, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return err
+	}
+	return fmt.Errorf("%w (the server says: %s)", err, why)
+}
+
 // Loopback runs a server and a client in this process over addr (host:port,
 // or unix:... for shared memory).
 func Loopback(ctx context.Context, addr string, c Config) (Result, error) {
-	if err := c.Check(); err != nil {
+	if err := c.checkOwn(); err != nil {
 		return Result{}, err
 	}
 	return loopback(ctx, addr, c, Serve, Run)
@@ -693,12 +772,16 @@ func (s *side) bwQP(c *Config) *bwQP {
 	return k
 }
 
+// deadlineClock is what a timed run's deadline is checked against (a test
+// replaces it to see when the deadline is checked).
+var deadlineClock = time.Now
+
 // bandwidth keeps up to the send queue depth of work requests in flight on
 // every QP, round-robin from this goroutine, and counts the bytes of the
 // completions.
 func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, error) {
 	wc := make([]verbs.WC, 64)
-	timed := c.Duration > 0 && ks[0].wr[0].Opcode != verbs.WRSend
+	timed := c.Duration > 0
 	deadline := time.Now().Add(c.Duration)
 	stop := false
 	mayPost := func(k *bwQP) bool { return !stop && (timed || k.posted < c.Iters) }
@@ -708,6 +791,29 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 	start := time.Now()
 	last := start
 	total := 0
+	// The clock is read (for the deadline, the context and progress) every
+	// 256 rounds and whenever lookBytes have been posted since the last
+	// read: one round can move a whole send queue of large messages, and
+	// at 8 MiB 256 rounds took over a minute. Reading it every round would
+	// cost small messages their rate.
+	const lookBytes = 1 << 20
+	moved := 0
+	look := func() error {
+		moved = 0
+		now := time.Now()
+		if timed && deadlineClock().After(deadline) {
+			stop = true
+		}
+		if c.Progress != nil && now.Sub(last) >= 200*time.Millisecond {
+			last = now
+			p := Progress{Test: c.Test, Done: total, Elapsed: now.Sub(start), Bytes: int64(total) * int64(c.Size)}
+			if !timed {
+				p.Total = c.Iters * len(ks)
+			}
+			c.Progress(p)
+		}
+		return ctx.Err()
+	}
 	for i := 0; ; i++ {
 		busy := false
 		for _, k := range ks {
@@ -733,6 +839,11 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 					return res, err
 				}
 				k.posted++
+				if moved += c.Size; moved >= lookBytes {
+					if err := look(); err != nil {
+						return res, err
+					}
+				}
 			}
 			n, err := k.scq.Poll(wc)
 			if err != nil {
@@ -757,21 +868,9 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 		if !busy {
 			break
 		}
-		if i&0xff == 0 {
-			now := time.Now()
-			if timed && now.After(deadline) {
-				stop = true
-			}
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			if c.Progress != nil && now.Sub(last) >= 200*time.Millisecond {
-				last = now
-				p := Progress{Test: c.Test, Done: total, Elapsed: now.Sub(start), Bytes: int64(total) * int64(c.Size)}
-				if !timed {
-					p.Total = c.Iters * len(ks)
-				}
-				c.Progress(p)
+		if i&0xff == 0 || moved >= lookBytes {
+			if err := look(); err != nil {
+				return res, err
 			}
 		}
 	}

@@ -479,6 +479,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
+	r.Device = p.comm.id.Context.Device().Name()
 	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {
 		q.id.Disconnect()
