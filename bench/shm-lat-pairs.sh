@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=${1:-6}
+command -v ucx_perftest >/dev/null || { echo "shm-lat-pairs.sh: needs ucx_perftest (Debian's ucx-utils)" >&2; exit 1; }
 BIN=${GOVERBS_BIN:-}
 if [ -z "$BIN" ]; then
 	BIN=$(mktemp -d)/goverbs
