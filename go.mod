@@ -3,3 +3,5 @@ module github.com/goverbs/goverbs
 go 1.24.0
 
 require golang.org/x/sys v0.41.0
+
+require github.com/spf13/pflag v1.0.10

@@ -76,12 +76,31 @@ func wait(cq *verbs.CQ) verbs.WC {
 	}
 }
 
+const demoHelp = `usage: goverbs demo [-n ITERS] [-d DURATION]
+
+Walks through SEND/RECV, RDMA WRITE and READ, atomics, a remote access
+error with its flush and asynchronous event, and bad_wr, between two QPs of
+the in-process loop provider (device loop0), then measures them: latency
+(half a round trip, -n iterations), message rate and RDMA WRITE bandwidth
+(-d each) against a memcpy of the same size.
+`
+
 func demo(args []string) error {
-	fs := newFlags("demo")
-	iters := fs.Int("n", 200000, "latency iterations")
-	dur := fs.Duration("d", time.Second, "duration of each bandwidth measurement")
-	if err := fs.Parse(args); err != nil {
+	fs := newCommand("demo", demoHelp)
+	iters := fs.IntP("iters", "n", 200000, "latency iterations")
+	dur := fs.DurationP("duration", "d", time.Second, "duration of each bandwidth measurement")
+	args, err := fs.parse(args)
+	if err != nil {
 		return err
+	}
+	if err := fs.noArgs(args); err != nil {
+		return err
+	}
+	if *iters < 1 {
+		return badUsage("demo", "-n %d: at least one iteration", *iters)
+	}
+	if *dur <= 0 {
+		return badUsage("demo", "-d %v: a positive duration", *dur)
 	}
 	const size = 2 << 20
 	a, err := newEnd(size)
@@ -97,7 +116,7 @@ func demo(args []string) error {
 	if err := loop.Connect(a.qp, b.qp); err != nil {
 		return err
 	}
-	fmt.Printf("goverbs demo: RC QP %#x <-> QP %#x on %s (in-process loop provider)\n\n", a.qp.Num(), b.qp.Num(), loop.DeviceName)
+	fmt.Printf("goverbs demo: RC QP %#x <-> QP %#x on %s (provider loop, in-process)\n\n", a.qp.Num(), b.qp.Num(), loop.DeviceName)
 	if err := walkthrough(a, b); err != nil {
 		return err
 	}
@@ -291,7 +310,7 @@ func memcpyBW(size int, d time.Duration) float64 {
 }
 
 func benchmark(a, b *end, iters int, d time.Duration) error {
-	fmt.Printf("benchmark (loop provider, busy polling; latency = half round trip, per-iteration timestamps)\n\n")
+	fmt.Printf("benchmark (provider loop, device %s, busy polling; latency = half round trip, per-iteration timestamps)\n\n", loop.DeviceName)
 	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "test\tbytes\titerations\tmin µs\tp50 µs\tavg µs\tp99 µs\tp99.9 µs\t")
 	us := func(x time.Duration) string { return fmt.Sprintf("%.3f", float64(x)/1e3) }

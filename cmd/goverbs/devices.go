@@ -9,10 +9,21 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
+const devicesHelp = `usage: goverbs devices [-v]
+
+Lists the RDMA devices of the providers built into goverbs (like
+ibv_devices); with -v, each device's attributes and ports (like
+ibv_devinfo).
+`
+
 func devices(args []string) error {
-	fs := newFlags("devices")
-	verbose := fs.Bool("v", false, "print attributes and ports")
-	if err := fs.Parse(args); err != nil {
+	fs := newCommand("devices", devicesHelp)
+	verbose := fs.BoolP("verbose", "v", false, "print attributes and ports")
+	args, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := fs.noArgs(args); err != nil {
 		return err
 	}
 	devs := verbs.Devices()

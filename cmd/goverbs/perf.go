@@ -3,30 +3,39 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/goverbs/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
 	"github.com/goverbs/goverbs/rdmacm"
 )
 
-const perfHelp = `usage: goverbs perf [TEST [flags] [SERVER]]
+const perfHelp = `usage: goverbs perf [TEST [SERVER] [flags]]
 
-With no TEST, every test runs once in loopback at its default size and one
-summary table is printed (the README's main job).
+With no TEST (and no flags), every test runs once in loopback at its
+default size and one summary table is printed (the README's main job).
 
-TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw, atomic_lat.
-With no SERVER and no -server, both ends run in this process over a real
-connection: loopback iWARP/TCP (-d iwarp0) or shared memory (-d shm0).
-With -server, wait for one client; with SERVER, connect to it. Flags go
-before SERVER, as with perftest. With -d shm0 both processes are on one
-host: the socket is the abstract name @goverbs-perf-PORT, SERVER is ignored.
+TEST is one of send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
+atomic_lat. With no SERVER and no --server, both ends run in this process
+over a real connection: loopback iWARP/TCP (-d iwarp0) or shared memory
+(-d shm0). With --server, wait for one client; with SERVER, connect to it.
+Flags may come before or after TEST and SERVER, as perftest's do. With
+-d shm0 both processes are on one host: the socket is the abstract name
+@goverbs-perf-PORT, and SERVER is localhost (or a loopback address) or a
+unix: address of its own.
+
+Without -R, a goverbs server takes the size, iterations, QPs, warm-up,
+duration and cq_mod from its client; those given to the server too must
+match the client's, or the client is refused (perftest's habit of giving
+both ends the same flags works, and a mismatch is caught). With -a the
+server serves the client's run of every size.
 
 Method.
   Latency: every iteration is timestamped once, right after its post
@@ -39,24 +48,23 @@ Method.
   iterations (1000 by default, as ucx_perftest's -w) come first: the first
   exchanges pay for cold caches and first touches of pages.
   Bandwidth: -t work requests are kept in flight on each of -q QPs, one in
-  -Q signaled (perftest's cq_mod, 100: its completion accounts for those
-  before it); the bytes of the completed requests are divided by the
-  elapsed time (MB = 10^6 bytes). The peak is the best window of at least
-  a twentieth of the run and 5 ms. Both ends busy-poll their CQs (polled
-  progress).
+  -Q signaled (perftest's cq_mod: its completion accounts for those before
+  it); the bytes of the completed requests are divided by the elapsed time
+  (MB = 10^6 bytes). The peak is the best window of at least a twentieth
+  of the run and 5 ms. Both ends busy-poll their CQs (polled progress).
+  With -D, write_bw and read_bw post for that many seconds, then the
+  requests in flight complete (send_bw posts every receive before the run,
+  so it runs -n iterations, at most 8192).
 
 -R speaks perftest's own rdma_cm protocol instead of goverbs' (control
 connection, version and pingpong_dest exchange, receiver credits for
 send_bw over iWARP), so goverbs works against ib_send_bw, ib_write_bw,
 ib_read_bw, ib_send_lat, ib_write_lat and ib_read_lat run with -R, in
 either role (not atomic_lat: siw has no atomics). As with perftest, give
-both ends the same test, -s, -n and -q (without -R a goverbs server takes
-them from the client); perftest reports MB/s as MiB/s.
+both ends the same test, -s, -n and -q; perftest reports MB/s as MiB/s.
 
 While a test runs, a progress line is shown on stderr when stdout and
-stderr are terminals (never with -json).
-
-flags:
+stderr are terminals (never with --json).
 `
 
 // defaultWarmup is the number of untimed iterations before a latency test
@@ -67,98 +75,255 @@ const defaultWarmup = 1000
 // work request in this many (and always the last).
 const defaultCQMod = 100
 
-func perfCmd(args []string) error {
-	fs := newFlags("perf")
-	fs.Usage = func() { fmt.Fprint(os.Stderr, perfHelp); fs.PrintDefaults() }
-	size := fs.Int("s", 0, "message size in bytes (default: 2 for latency, 65536 for bandwidth tests)")
-	all := fs.Bool("a", false, "run every size from 2 B to 8 MiB (powers of two)")
-	iters := fs.Int("n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
-	warm := fs.Int("w", -1, "untimed warm-up iterations before a latency test's timed ones (default: 1000; none with -R)")
-	dur := fs.Int("D", 0, "run bandwidth tests for this many seconds instead of -n iterations")
-	depth := fs.Int("t", 128, "send queue depth (work requests in flight)")
-	cqMod := fs.Int("Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
-	port := fs.Int("p", 18515, "port")
-	dev := fs.String("d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
+// The devices goverbs perf runs over, with their providers and what they are.
+var perfDevices = map[string]struct{ provider, what string }{
+	"iwarp0": {"iwarp", "iWARP over TCP"},
+	"shm0":   {"shm", "same-host shared memory"},
+}
+
+// perfRun is a parsed perf command line.
+type perfRun struct {
+	summary  bool // no TEST: every test once, one table
+	cfg      perf.Config
+	sizes    []int // the sizes to run, in order
+	lat      bool  // a latency test
+	dev      string
+	perftest bool // -R
+	json     bool
+	server   bool   // --server: listen on listen
+	listen   string // --server, or loopback: the address to listen on
+	dial     string // SERVER: the address to connect to ("" in loopback)
+	// matchSize, on a goverbs server, sets the size the next client must
+	// ask for (the server's Match checks it when -s or -a was given).
+	matchSize func(n int)
+}
+
+// isLat reports whether test is a latency test.
+func isLat(test string) bool {
+	return test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
+}
+
+// parsePerf parses perf's command line (without "perf") and checks all of
+// it, so that nothing is printed or run before a mistake is found.
+func parsePerf(args []string) (*perfRun, error) {
+	fs := newCommand("perf", perfHelp)
+	size := fs.IntP("size", "s", 0, "message size in bytes (default: 2 for latency, 65536 for bandwidth tests)")
+	all := fs.BoolP("all", "a", false, "run every size from 2 B to 8 MiB (powers of two)")
+	iters := fs.IntP("iters", "n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
+	warm := fs.IntP("warmup", "w", 0, "latency tests: untimed warm-up iterations before the timed ones (default: 1000; none with -R)")
+	dur := fs.IntP("duration", "D", 0, "write_bw, read_bw: post for this many seconds instead of -n iterations")
+	depth := fs.IntP("tx-depth", "t", 128, "send queue depth (work requests in flight)")
+	cqMod := fs.IntP("cq-mod", "Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
+	port := fs.IntP("port", "p", 18515, "port")
+	dev := fs.StringP("ib-dev", "d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
+	qps := fs.IntP("qp", "q", 1, "bandwidth tests: number of QPs (connections) driven in parallel")
 	server := fs.Bool("server", false, "wait for a client")
-	js := fs.Bool("json", false, "print results as JSON lines")
-	qps := fs.Int("q", 1, "number of QPs (connections) driven in parallel, bandwidth tests")
-	pt := fs.Bool("R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
+	js := fs.Bool("json", false, "print results as JSON lines (a server prints no results)")
+	pt := fs.BoolP("rdma_cm", "R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
+	args, err := fs.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, a ...any) (*perfRun, error) { return nil, badUsage("perf", format, a...) }
 	if len(args) == 0 {
-		return perfAll()
+		if fs.NFlag() > 0 {
+			return bad("flags need a TEST (with no TEST, every test runs with its defaults)")
+		}
+		return &perfRun{summary: true}, nil
 	}
-	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
-		fs.Usage()
-		return nil
-	}
+	r := &perfRun{dev: *dev, perftest: *pt, json: *js, server: *server}
 	test := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
+	if !slices.Contains(perf.Tests, test) {
+		return bad("unknown test %q (one of %s)", test, strings.Join(perf.Tests, ", "))
 	}
-	if *dev != "iwarp0" && *dev != "shm0" {
-		return fmt.Errorf("perf: device %q: iwarp0 or shm0", *dev)
+	r.lat = isLat(test)
+	if len(args) > 2 {
+		return bad("unexpected argument %q (TEST and one SERVER at most)", args[2])
 	}
-	shm := *dev == "shm0"
-	if shm && *pt {
-		return errors.New("perf: -R (perftest's protocol) runs over iwarp0: perftest has no shared-memory device")
+	peer := ""
+	if len(args) == 2 {
+		peer = args[1]
 	}
-	listenAddr := net.JoinHostPort("", strconv.Itoa(*port))
-	serverAddr := func() string { return net.JoinHostPort(fs.Arg(0), strconv.Itoa(*port)) }
-	loopAddr := "127.0.0.1:0"
-	if shm {
-		listenAddr = fmt.Sprintf("unix:@goverbs-perf-%d", *port)
-		serverAddr = func() string { return listenAddr }
-		loopAddr = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
-	}
-	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second, TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod}
+	_, ok := perfDevices[*dev]
 	switch {
-	case *pt && c.Warmup > 0:
-		return errors.New("perf: -w with -R: perftest's latency tests have no warm-up, and both ends must run the same iterations")
-	case c.Warmup < 0 && !*pt:
+	case !ok:
+		return bad("device %q: iwarp0 or shm0", *dev)
+	case *server && peer != "":
+		return bad("--server and SERVER %q: a server waits, a client connects: give one", peer)
+	case *port < 0 || *port > 65535:
+		return bad("port %d out of range", *port)
+	case *pt && *dev == "shm0":
+		return bad("-R (perftest's protocol) runs over iwarp0: perftest has no shared-memory device")
+	case *pt && *all:
+		return bad("-a is not supported with -R (run one size at a time)")
+	case *all && fs.Changed("size"):
+		return bad("-a and -s: -a runs every size")
+	case fs.Changed("duration") && *pt:
+		return bad("-D is not supported with -R")
+	case fs.Changed("duration") && (r.lat || test == "send_bw"):
+		return bad("-D: %s runs -n iterations (a duration is for write_bw and read_bw)", test)
+	case fs.Changed("duration") && *dur < 1:
+		return bad("-D %d: at least one second", *dur)
+	case fs.Changed("duration") && fs.Changed("iters"):
+		return bad("-D and -n: a run is timed or counted, give one")
+	case fs.Changed("warmup") && !r.lat:
+		return bad("-w: warm-up iterations are for latency tests")
+	case fs.Changed("warmup") && *pt && *warm > 0:
+		return bad("-w with -R: perftest's latency tests have no warm-up, and both ends must run the same iterations")
+	case fs.Changed("cq-mod") && r.lat:
+		return bad("-Q: cq_mod is for bandwidth tests")
+	case *cqMod < 1:
+		return bad("-Q %d: at least 1", *cqMod)
+	case *depth < 1:
+		return bad("-t %d: at least 1", *depth)
+	case fs.Changed("qp") && *qps > 1 && r.lat:
+		return bad("-q %d: latency tests run on one QP", *qps)
+	}
+
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second,
+		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod}
+	if !fs.Changed("warmup") && !*pt {
 		c.Warmup = defaultWarmup
-	case c.Warmup < 0:
-		c.Warmup = 0
 	}
-	if !*js {
-		c.Progress = progressLine()
-	}
-	lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
-	if c.Size == 0 {
+	if c.Size == 0 && !fs.Changed("size") {
 		c.Size = 65536
-		if lat {
+		if r.lat {
 			c.Size = 2
 		}
 	}
-	if c.Iters == 0 {
+	if c.Iters == 0 && !fs.Changed("iters") {
 		c.Iters = 5000
-		if lat {
+		if r.lat {
 			c.Iters = 1000
 		}
 	}
-	sizes := []int{c.Size}
+	r.sizes = []int{c.Size}
 	if *all {
-		sizes = nil
+		r.sizes = nil
 		for n := 2; n <= 8<<20; n *= 2 {
-			sizes = append(sizes, n)
+			r.sizes = append(r.sizes, n)
 		}
 	}
-	if *pt && *all {
-		return errors.New("perf: -a is not supported with -R (run one size at a time)")
+	for _, n := range r.sizes {
+		cc := c
+		cc.Size = n
+		if err := cc.Check(); err != nil {
+			return bad("%v", err)
+		}
 	}
+	if !*pt && test == "send_bw" && c.Iters > perf.MaxSendBWIters {
+		return bad("-n %d: send_bw runs at most %d iterations (every receive is posted before the run: iWARP has no RNR retry)", c.Iters, perf.MaxSendBWIters)
+	}
+
+	// Addresses.
+	p := strconv.Itoa(*port)
+	switch {
+	case *dev == "shm0" && strings.HasPrefix(peer, "unix:"):
+		if fs.Changed("port") {
+			return bad("-p with SERVER %s: a unix: address is the whole address, it has no port", peer)
+		}
+		r.dial = peer
+	case *dev == "shm0" && peer != "":
+		if !isLocalHost(peer) {
+			return bad("SERVER %q with -d shm0: shared memory connects processes of one host (localhost, a loopback address or a unix: address)", peer)
+		}
+		r.dial = "unix:@goverbs-perf-" + p
+	case peer != "":
+		if strings.HasPrefix(peer, "unix:") {
+			return bad("SERVER %s: a unix: address is for -d shm0", peer)
+		}
+		r.dial = net.JoinHostPort(peer, p)
+	case *server && *dev == "shm0":
+		r.listen = "unix:@goverbs-perf-" + p
+	case *server:
+		r.listen = net.JoinHostPort("", p)
+	case *dev == "shm0" && fs.Changed("port"):
+		r.listen = "unix:@goverbs-perf-" + p
+	case *dev == "shm0":
+		r.listen = fmt.Sprintf("unix:@goverbs-perf-%d-%d", os.Getpid(), time.Now().UnixNano())
+	case fs.Changed("port"):
+		r.listen = net.JoinHostPort("127.0.0.1", p)
+	default:
+		r.listen = "127.0.0.1:0"
+	}
+
+	// A goverbs server checks that its client runs what the server was
+	// told (the client's parameters are the ones used).
+	if *server && !*pt {
+		want := c
+		given := fs.Changed
+		c.Match = func(got perf.Config) error {
+			var diff []string
+			check := func(flag string, given bool, w, g any) {
+				if given && w != g {
+					diff = append(diff, fmt.Sprintf("%s %v (this server: %v)", flag, g, w))
+				}
+			}
+			check("-s", given("size") || *all, want.Size, got.Size)
+			check("-n", given("iters"), want.Iters, got.Iters)
+			check("-q", given("qp"), want.QPs, got.QPs)
+			check("-w", given("warmup"), want.Warmup, got.Warmup)
+			check("-D", given("duration"), want.Duration, got.Duration)
+			check("-Q", given("cq-mod"), want.CQMod, got.CQMod)
+			if len(diff) > 0 {
+				return fmt.Errorf("the client asks for %s", strings.Join(diff, ", "))
+			}
+			return nil
+		}
+		// With -a, each run's expected size is set before it is served.
+		r.cfg = c
+		r.matchSize = func(n int) { want.Size = n }
+		return r, nil
+	}
+	r.cfg = c
+	return r, nil
+}
+
+// isLocalHost reports whether host names this host's loopback.
+func isLocalHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func perfCmd(args []string) error {
+	r, err := parsePerf(args)
+	if err != nil {
+		return err
+	}
+	if r.summary {
+		return perfAll()
+	}
+	return r.run()
+}
+
+// run runs a parsed perf command line.
+func (r *perfRun) run() error {
+	c := r.cfg
+	if !r.json {
+		c.Progress = progressLine()
+	}
+	info := perfDevices[r.dev]
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	if *server {
-		ln, err := rdmacm.Listen(listenAddr)
+	if r.server {
+		ln, err := rdmacm.Listen(r.listen)
 		if err != nil {
 			return err
 		}
 		defer ln.Close()
-		fmt.Fprintf(os.Stderr, "waiting for a client on %v\n", ln.LocalAddr())
-		if *pt {
-			c.Progress = nil
+		fmt.Fprintf(os.Stderr, "goverbs perf %s: waiting for a client on %v (device %s, provider %s)\n", c.Test, ln.LocalAddr(), r.dev, info.provider)
+		c.Progress = nil
+		if r.perftest {
 			return perf.ServePerftest(ctx, ln, c)
 		}
-		for range sizes {
+		for _, n := range r.sizes {
+			if r.matchSize != nil {
+				r.matchSize(n)
+			}
 			if err := perf.Serve(ctx, ln, c); err != nil {
 				return err
 			}
@@ -166,41 +331,54 @@ func perfCmd(args []string) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	if !*js {
-		if lat {
+	if !r.json {
+		where := "loopback, both ends in this process"
+		if r.dial != "" {
+			where = "client of " + r.dial
+		}
+		proto := ""
+		if r.perftest {
+			proto = ", perftest's rdma_cm protocol"
+		}
+		fmt.Printf("goverbs perf %s: device %s (provider %s: %s), %s%s\n", c.Test, r.dev, info.provider, info.what, where, proto)
+		if r.lat {
 			fmt.Fprintln(w, "#bytes\t#iterations\tt_min[usec]\tt_max[usec]\tt_typical[usec]\tt_avg[usec]\tt_stdev[usec]\t99% percentile[usec]\t99.9% percentile[usec]\t")
 		} else {
 			fmt.Fprintln(w, "#bytes\t#iterations\tBW peak[MB/sec]\tBW average[MB/sec]\tMsgRate[Mpps]\t")
 		}
 	}
-	for _, n := range sizes {
+	for _, n := range r.sizes {
 		c.Size = n
-		var r perf.Result
+		var res perf.Result
 		var err error
 		switch {
-		case fs.NArg() > 0 && *pt:
-			r, err = perf.RunPerftest(ctx, serverAddr(), c)
-		case fs.NArg() > 0:
-			r, err = perf.Run(ctx, serverAddr(), c)
-		case *pt:
-			r, err = perf.LoopbackPerftest(ctx, loopAddr, c)
+		case r.dial != "" && r.perftest:
+			res, err = perf.RunPerftest(ctx, r.dial, c)
+		case r.dial != "":
+			res, err = perf.Run(ctx, r.dial, c)
+		case r.perftest:
+			res, err = perf.LoopbackPerftest(ctx, r.listen, c)
 		default:
-			r, err = perf.Loopback(ctx, loopAddr, c)
+			res, err = perf.Loopback(ctx, r.listen, c)
 		}
 		clearProgress(c.Progress)
 		if err != nil {
 			w.Flush()
 			return err
 		}
-		if *js {
-			b, _ := json.Marshal(r)
+		if res.Device == "" {
+			res.Device = r.dev
+		}
+		res.Provider = perfDevices[res.Device].provider
+		if r.json {
+			b, _ := json.Marshal(res)
 			fmt.Println(string(b))
 			continue
 		}
-		if lat {
-			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.Bytes, r.Iters, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.P99, r.P999)
+		if r.lat {
+			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", res.Bytes, res.Iters, res.Min, res.Max, res.Typical, res.Avg, res.Stdev, res.P99, res.P999)
 		} else {
-			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.6f\t\n", r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+			fmt.Fprintf(w, "%d\t%d\t%.2f\t%.2f\t%.6f\t\n", res.Bytes, res.Iters, res.PeakMBs, res.AvgMBs, res.MsgRate)
 		}
 		w.Flush()
 	}
@@ -213,7 +391,7 @@ func perfAll() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	fmt.Println("goverbs perf: every test in loopback, one process, both ends busy-polling:")
-	fmt.Println("iwarp0 (iWARP over loopback TCP) and shm0 (shared memory)")
+	fmt.Println("device iwarp0 (provider iwarp: iWARP over loopback TCP) and device shm0 (provider shm: shared memory)")
 	fmt.Println()
 	lw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(lw, "device\ttest\tbytes\titerations\tt_min[us]\tt_typical[us]\tt_avg[us]\t99%[us]\t99.9%[us]\t")
@@ -222,9 +400,12 @@ func perfAll() error {
 	for _, dev := range []string{"iwarp0", "shm0"} {
 		for _, test := range perf.Tests {
 			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup, CQMod: defaultCQMod}
-			lat := test == "send_lat" || test == "write_lat" || test == "read_lat" || test == "atomic_lat"
+			lat := isLat(test)
 			if lat {
 				c.Size, c.Iters = 8, 20000
+			}
+			if test == "send_bw" {
+				c.Iters = min(c.Iters, perf.MaxSendBWIters)
 			}
 			addr := "127.0.0.1:0"
 			if dev == "shm0" {

@@ -32,41 +32,78 @@ type pingOpts struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
-	pcfg            any // the provider's configuration (nil: its defaults)
+	pcfg            any    // the provider's configuration (nil: its defaults)
+	dev             string // the device the address leads to, for messages
 }
 
+const pingHelp = `usage: goverbs ping -s [-vVd] [-S SIZE] [-C COUNT] [-a ADDR] [-p PORT]
+       goverbs ping -c [-vVd] [-S SIZE] [-C COUNT] -a ADDR [-p PORT]
+
+rping's protocol and flags: the client advertises a buffer, the server
+RDMA READs it and RDMA WRITEs it back into the client's second buffer,
+COUNT times (forever with 0). Over TCP (device iwarp0, provider iwarp) it
+works against rdma-core's rping on a Linux siw device, in both roles; with
+-a unix:/path or unix:@name, over shared memory (device shm0, provider shm)
+between two processes of this host.
+
+With -V the client compares what came back with what it sent, and the
+server checks what it read against rping's pattern for that ping. With -C
+the server serves COUNT pings and then waits for the client to leave.
+`
+
 func ping(args []string) error {
-	fs := newFlags("ping")
+	fs := newCommand("ping", pingHelp)
 	var o pingOpts
-	fs.BoolVar(&o.server, "s", false, "server")
-	fs.BoolVar(&o.client, "c", false, "client")
-	fs.StringVar(&o.addr, "a", "", "address (client: the server's; server: the one to bind, default all); unix:/path or unix:@name: shared memory (shm0) between processes on this host")
-	fs.IntVar(&o.port, "p", 7174, "port")
-	fs.IntVar(&o.count, "C", 0, "ping count (0: forever)")
-	fs.IntVar(&o.size, "S", 64, "ping data size")
-	fs.BoolVar(&o.verbose, "v", false, "display ping data")
-	fs.BoolVar(&o.verify, "V", false, "validate ping data")
-	fs.BoolVar(&o.debug, "d", false, "debug printfs")
-	fs.DurationVar(&o.timeout, "t", 30*time.Second, "timeout for each step (goverbs addition)")
-	crc := fs.Bool("crc", false, "ask for MPA CRC32C (goverbs addition; CRC is on when either side asks)")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVarP(&o.server, "server", "s", false, "server")
+	fs.BoolVarP(&o.client, "client", "c", false, "client")
+	fs.StringVarP(&o.addr, "addr", "a", "", "address (client: the server's; server: the one to bind, default all); unix:/path or unix:@name: shared memory (shm0) between processes on this host")
+	fs.IntVarP(&o.port, "port", "p", 7174, "port")
+	fs.IntVarP(&o.count, "count", "C", 0, "ping count (0: forever)")
+	fs.IntVarP(&o.size, "size", "S", 64, "ping data size")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "display ping data")
+	fs.BoolVarP(&o.verify, "validate", "V", false, "validate ping data")
+	fs.BoolVarP(&o.debug, "debug", "d", false, "debug printfs")
+	fs.DurationVarP(&o.timeout, "timeout", "t", 30*time.Second, "timeout for each step (goverbs addition)")
+	crc := fs.Bool("crc", false, "ask for MPA CRC32C over TCP (goverbs addition; CRC is on when either side asks)")
+	args, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := fs.noArgs(args); err != nil {
 		return err
 	}
 	if *crc {
 		o.pcfg = &iwarp.Config{CRC: true}
 	}
 	if o.server == o.client {
-		return errors.New("ping: give exactly one of -s and -c")
+		return badUsage("ping", "give exactly one of -s and -c")
 	}
 	if o.size < 23 || o.size > 65535 { // rping's range
-		return fmt.Errorf("ping: invalid size %d (valid range is 23 to 65535)", o.size)
+		return badUsage("ping", "invalid size %d (valid range is 23 to 65535)", o.size)
+	}
+	if o.count < 0 {
+		return badUsage("ping", "invalid count %d", o.count)
+	}
+	if o.timeout <= 0 {
+		return badUsage("ping", "-t %v: a positive timeout", o.timeout)
 	}
 	if o.client && o.addr == "" {
-		return errors.New("ping: -c needs -a ADDR")
+		return badUsage("ping", "-c needs -a ADDR")
+	}
+	if o.port < 0 || o.port > 65535 {
+		return badUsage("ping", "invalid port %d", o.port)
 	}
 	addr := net.JoinHostPort(o.addr, strconv.Itoa(o.port))
+	o.dev = "iwarp0"
 	if strings.HasPrefix(o.addr, "unix:") {
-		addr = o.addr // shared memory (shm0): the socket name; -p is not used
+		addr = o.addr // shared memory (shm0): the socket name
+		o.dev = "shm0"
+		if fs.Changed("port") {
+			return badUsage("ping", "-p with -a %s: a unix: address is the whole address, it has no port", o.addr)
+		}
+		if *crc {
+			return badUsage("ping", "--crc with -a %s: MPA CRC is iWARP's (TCP); shared memory has no MPA", o.addr)
+		}
 	}
 	if o.server {
 		return pingServer(addr, &o)
@@ -189,21 +226,9 @@ func pingClient(addr string, o *pingOpts) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	o.dbg("client connected to %v", id.RemoteAddr())
-	start := byte(65)
+	o.dbg("client connected to %v over %s", id.RemoteAddr(), o.dev)
 	for ping := 0; o.count == 0 || ping < o.count; ping++ {
-		cc := copy(e.startBuf, fmt.Sprintf("rdma-ping-%d: ", ping))
-		c := start
-		for i := cc; i < o.size; i++ {
-			e.startBuf[i] = c
-			if c++; c > 122 {
-				c = 65
-			}
-		}
-		if start++; start > 122 {
-			start = 65
-		}
-		e.startBuf[o.size-1] = 0
+		pingData(e.startBuf, ping)
 		if err := e.sendInfo(e.startBuf, e.startMR); err != nil {
 			return fmt.Errorf("ping %d: advertising the source: %w", ping, err)
 		}
@@ -227,6 +252,24 @@ func pingClient(addr string, o *pingOpts) error {
 	return id.Disconnect()
 }
 
+// pingData fills b with rping's data for ping number n: "rdma-ping-N: ",
+// then letters from 'A' to 'z' in a cycle that starts one further each
+// ping, then a NUL.
+func pingData(b []byte, n int) {
+	if len(b) == 0 {
+		return
+	}
+	cc := copy(b, fmt.Sprintf("rdma-ping-%d: ", n))
+	c := byte(65 + n%58)
+	for i := cc; i < len(b); i++ {
+		b[i] = c
+		if c++; c > 122 {
+			c = 65
+		}
+	}
+	b[len(b)-1] = 0
+}
+
 func cstring(b []byte) []byte {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		return b[:i]
@@ -245,7 +288,7 @@ func pingServer(addr string, o *pingOpts) error {
 		return err
 	}
 	defer ln.Close()
-	o.dbg("server listening on %v", ln.LocalAddr())
+	o.dbg("server listening on %v (%s)", ln.LocalAddr(), o.dev)
 	req, err := ln.GetRequest(context.Background())
 	if err != nil {
 		return err
@@ -263,6 +306,10 @@ func pingServer(addr string, o *pingOpts) error {
 		return fmt.Errorf("accept: %w", err)
 	}
 	o.dbg("server accepted %v", req.RemoteAddr())
+	var want []byte
+	if o.verify {
+		want = make([]byte, o.size)
+	}
 	for n := 0; ; n++ {
 		if err := e.recv(); err != nil {
 			if isEndOfPing(err) {
@@ -271,12 +318,20 @@ func pingServer(addr string, o *pingOpts) error {
 			}
 			return err
 		}
+		if o.count > 0 && n == o.count {
+			return fmt.Errorf("the client goes on after the %d pings of -C", o.count)
+		}
 		raddr, rkey, rlen := binary.BigEndian.Uint64(e.recvBuf), binary.BigEndian.Uint32(e.recvBuf[8:]), binary.BigEndian.Uint32(e.recvBuf[12:])
 		if int(rlen) > len(e.rdmaBuf) {
 			return fmt.Errorf("client advertised %d bytes, the server's buffer has %d (use the same -S)", rlen, len(e.rdmaBuf))
 		}
 		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{e.rdmaMR.SGE(0, int(rlen))}, RemoteAddr: raddr, RKey: rkey}); err != nil {
 			return fmt.Errorf("rdma read: %w", err)
+		}
+		if want != nil {
+			if pingData(want[:rlen], n); !bytes.Equal(e.rdmaBuf[:rlen], want[:rlen]) {
+				return fmt.Errorf("data mismatch at ping %d: read %q, rping's pattern is %q", n, cstring(e.rdmaBuf[:rlen]), cstring(want[:rlen]))
+			}
 		}
 		if o.verbose {
 			fmt.Printf("server ping data: %s\n", cstring(e.rdmaBuf))

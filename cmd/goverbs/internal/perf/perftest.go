@@ -1,0 +1,891 @@
+package perf
+
+// perftest's own protocol over rdma_cm (ib_send_bw -R and friends), so that
+// goverbs perf -R runs against perftest in either role. The facts come from
+// perftest 6.06 (Debian 12's perftest 4.5+0.17, linux-rdma/perftest tag
+// v4.5-0.17: perftest_communication.c, perftest_resources.c and the test
+// mains):
+//
+//   - Two kinds of rdma_cm connection to the same port. First a control
+//     connection ("comm"): an RC QP with one 56-byte receive posted before
+//     connect/accept, no private data, IRD = ORD = 0. Every exchange on it is
+//     one SEND each way: the client sends first and then receives, the
+//     server receives first, reposts its receive and then sends.
+//   - On comm, in order: the version string (16 bytes, "6.06"; perftest
+//     refuses peers older than 5.70), the cycle buffer and cache line sizes
+//     (4-byte big-endian ints; both sides take the larger), the MTU (2
+//     bytes, a decimal ibv_mtu and a NUL), then one handshake.
+//   - A handshake exchanges a struct pingpong_dest (56 bytes, fields
+//     big-endian: lid, out_reads, qpn, psn, rkey, 4 bytes of padding, vaddr,
+//     gid[16], srqn, gid_index).
+//   - The data connections: the client connects QPs more times to the same
+//     port (no private data; IRD = ORD = out_reads for READ, else 0) and
+//     retries a refused connect 10 times, 100 ms apart; the server listens
+//     again for them. Then one more handshake.
+//   - Each test then runs a fixed sequence of handshakes (the first ones
+//     carry each QP's buffer address and rkey), the measurement on the data
+//     QPs, and for write_bw/read_bw an exchange of the client's report (size
+//     and iterations as 8-byte big-endian integers; peak and average MiB/s
+//     and the message rate in Mpps as big-endian doubles).
+//   - ib_send_bw over iWARP adds receiver credits (no RNR retry on iWARP):
+//     each side advertises a 4-byte credit word instead of its buffer; the
+//     receiver RDMA-WRITEs its receive count (host order, little-endian
+//     here) there every rx_depth/3 receives, and the sender keeps fewer than
+//     rx_depth sends beyond the last credit. rx_depth is 512, or the
+//     iterations when fewer (rounded up to even), on both sides: like
+//     perftest, both ends must be given the same -n.
+//   - write_lat: each side writes its message into the peer's buffer, the
+//     last byte carrying the iteration number (mod 256), and spins on the
+//     last byte of its own buffer. The server writes first.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/goverbs/goverbs/rdmacm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+const (
+	ptVersion     = "6.06" // the perftest protocol spoken
+	ptMinVersion  = 5.70   // perftest's own floor (check_version_compatibility)
+	ptDestLen     = 56     // sizeof(struct pingpong_dest)
+	ptSyncID      = 5      // SYNC_SPEC_ID, the wr_id perftest checks on comm
+	ptCycle       = 4096   // our cycle buffer (page size)
+	ptCacheLine   = 64
+	ptMTU         = "3" // IBV_MTU_1024, what siw reports on a 1500-byte link
+	ptOutReads    = 128 // perftest's default: the device maximum (siw: 128)
+	ptRxDepthSend = 512 // DEF_RX_SEND
+)
+
+// ptDest is perftest's struct pingpong_dest.
+type ptDest struct {
+	LID, OutReads, QPN, PSN, RKey uint32
+	VAddr                         uint64
+	GID                           [16]byte
+	SRQN, GIDIndex                uint32
+}
+
+func (d *ptDest) encode() []byte {
+	b := make([]byte, ptDestLen)
+	be := binary.BigEndian
+	be.PutUint32(b[0:], d.LID)
+	be.PutUint32(b[4:], d.OutReads)
+	be.PutUint32(b[8:], d.QPN)
+	be.PutUint32(b[12:], d.PSN)
+	be.PutUint32(b[16:], d.RKey)
+	be.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	be.PutUint32(b[48:], d.SRQN)
+	be.PutUint32(b[52:], d.GIDIndex)
+	return b
+}
+
+func decodePTDest(b []byte) (ptDest, error) {
+	if len(b) < ptDestLen {
+		return ptDest{}, fmt.Errorf("perf: perftest handshake of %d bytes, want %d", len(b), ptDestLen)
+	}
+	be := binary.BigEndian
+	d := ptDest{LID: be.Uint32(b), OutReads: be.Uint32(b[4:]), QPN: be.Uint32(b[8:]), PSN: be.Uint32(b[12:]),
+		RKey: be.Uint32(b[16:]), VAddr: be.Uint64(b[24:]), SRQN: be.Uint32(b[48:]), GIDIndex: be.Uint32(b[52:])}
+	copy(d.GID[:], b[32:48])
+	return d, nil
+}
+
+// ptComm is perftest's control connection.
+type ptComm struct {
+	id     *rdmacm.ID
+	mr     *verbs.MR
+	client bool
+	wc     []verbs.WC
+	// busy, when set, is busy-polled while waiting (the data CQs of a
+	// passive side, whose polled-mode progress comes from polling).
+	busy []*verbs.CQ
+}
+
+func newPTComm(id *rdmacm.ID, client bool) (*ptComm, error) {
+	m := &ptComm{id: id, client: client, wc: make([]verbs.WC, 16)}
+	if err := id.CreateQP(nil, verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	var err error
+	if m.mr, err = id.PD.RegMR(make([]byte, 2*64), verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	return m, m.postRecv()
+}
+
+func (m *ptComm) close() {
+	m.id.Close()
+	if m.mr != nil {
+		m.mr.Dereg()
+	}
+}
+
+// linger waits up to d for the peer to close the control connection.
+// perftest closes its end as it exits; tearing ours down first can fail
+// its last SEND (siw then reports IBV_WC_LOC_QP_OP_ERR on it, as seen in
+// the vmlab after read tests).
+func (m *ptComm) linger(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-m.id.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (m *ptComm) postRecv() error {
+	return m.id.QP.PostRecv([]verbs.RecvWR{{WRID: ptSyncID, SGList: []verbs.SGE{m.mr.SGE(0, ptDestLen)}}})
+}
+
+// wait returns the next completion of cq.
+func (m *ptComm) wait(ctx context.Context, cq *verbs.CQ) (verbs.WC, error) {
+	for i := 0; ; i++ {
+		n, err := cq.Poll(m.wc[:1])
+		if err != nil {
+			return verbs.WC{}, err
+		}
+		if n == 1 {
+			w := m.wc[0]
+			if err := w.Err(); err != nil {
+				return w, fmt.Errorf("perf: perftest control connection: %w", err)
+			}
+			if w.WRID != ptSyncID {
+				return w, fmt.Errorf("perf: perftest control connection: completion of wr_id %d", w.WRID)
+			}
+			return w, nil
+		}
+		if len(m.busy) == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				return verbs.WC{}, err
+			}
+			continue
+		}
+		for _, b := range m.busy {
+			b.Poll(m.wc[1:])
+		}
+		if i&0x3ff == 0 && ctx.Err() != nil {
+			return verbs.WC{}, ctx.Err()
+		}
+	}
+}
+
+func (m *ptComm) send(ctx context.Context, b []byte) error {
+	copy(m.mr.Bytes()[64:], b)
+	err := m.id.QP.PostSend([]verbs.SendWR{{WRID: ptSyncID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{m.mr.SGE(64, len(b))}}})
+	if err != nil {
+		return err
+	}
+	_, err = m.wait(ctx, m.id.SendCQ)
+	return err
+}
+
+func (m *ptComm) recv(ctx context.Context) ([]byte, error) {
+	w, err := m.wait(ctx, m.id.RecvCQ)
+	if err != nil {
+		return nil, err
+	}
+	b := append([]byte(nil), m.mr.Bytes()[:min(int(w.ByteLen), ptDestLen)]...)
+	return b, m.postRecv()
+}
+
+// xchg is ctx_xchg_data / ctx_hand_shake: the client writes then reads, the
+// server reads then writes.
+func (m *ptComm) xchg(ctx context.Context, mine []byte) ([]byte, error) {
+	if m.client {
+		if err := m.send(ctx, mine); err != nil {
+			return nil, err
+		}
+		return m.recv(ctx)
+	}
+	theirs, err := m.recv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return theirs, m.send(ctx, mine)
+}
+
+// ptQP is one data QP with its buffer: [0,B) is the local source, [B,2B)
+// the region the peer writes or reads, [2B,2B+8) the credit word.
+type ptQP struct {
+	id   *rdmacm.ID
+	mr   *verbs.MR
+	buf  []byte
+	b    int
+	mine ptDest
+	rem  ptDest
+}
+
+// ptSession is one perftest run, either role.
+type ptSession struct {
+	c      *Config
+	comm   *ptComm
+	qps    []*ptQP
+	cycle  int
+	client bool
+	credit bool // send_bw: receiver credits (iWARP)
+}
+
+func (p *ptSession) close() {
+	for _, q := range p.qps {
+		if q.id != nil {
+			q.id.Close()
+		}
+		if q.mr != nil {
+			q.mr.Dereg()
+		}
+	}
+	if p.comm != nil {
+		p.comm.close()
+	}
+}
+
+func ptQPAttr(c *Config) verbs.QPInitAttr {
+	return verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: c.TxDepth + 2, MaxRecvWR: ptRxDepth(c) + 2,
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+}
+
+// ptRxDepth is perftest's rx_depth for the test.
+func ptRxDepth(c *Config) int {
+	if c.Test != "send_bw" && c.Test != "send_lat" {
+		return 1
+	}
+	d := min(ptRxDepthSend, c.Iters)
+	if d%2 == 1 {
+		d++
+	}
+	return d
+}
+
+func ptConnParam(c *Config) *rdmacm.ConnParam {
+	p := &rdmacm.ConnParam{}
+	if c.Test == "read_bw" || c.Test == "read_lat" {
+		p.ResponderResources, p.InitiatorDepth = ptOutReads, ptOutReads
+	}
+	return p
+}
+
+// setup registers a data QP's buffer and fills in its pingpong_dest.
+func (p *ptSession) setup(q *ptQP) error {
+	q.b = (max(p.c.Size, p.cycle) + 63) &^ 63
+	q.buf = make([]byte, 2*q.b+64)
+	var err error
+	q.mr, err = q.id.PD.RegMR(q.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	q.mine = ptDest{QPN: q.id.QP.Num(), PSN: uint32(time.Now().UnixNano()) & 0xffffff, RKey: q.mr.RKey(),
+		VAddr: q.mr.RemoteAddr(q.b)}
+	if p.c.Test == "read_bw" || p.c.Test == "read_lat" {
+		q.mine.OutReads = ptOutReads
+	} else {
+		q.mine.OutReads = 1
+	}
+	if p.credit {
+		q.mine.VAddr = q.mr.RemoteAddr(2 * q.b)
+	}
+	return nil
+}
+
+// prefix runs what every test starts with: versions, system data, MTU,
+// the data connections between two handshakes.
+func (p *ptSession) prefix(ctx context.Context, ln *rdmacm.ID, addr string) error {
+	v := make([]byte, 16)
+	copy(v, ptVersion)
+	rv, err := p.comm.xchg(ctx, v)
+	if err != nil {
+		return err
+	}
+	rs, _, _ := strings.Cut(string(rv[:min(len(rv), 16)]), "\x00")
+	var rver float64
+	if _, err := fmt.Sscanf(rs, "%g", &rver); err != nil || rver < ptMinVersion {
+		return fmt.Errorf("perf: the peer speaks perftest version %q; this side speaks %s (5.70 or later needed)", rs, ptVersion)
+	}
+	for _, mine := range []int{ptCycle, ptCacheLine} {
+		b := binary.BigEndian.AppendUint32(nil, uint32(mine))
+		r, err := p.comm.xchg(ctx, b)
+		if err != nil {
+			return err
+		}
+		if len(r) < 4 {
+			return errors.New("perf: short perftest system data")
+		}
+		if mine == ptCycle {
+			rc := int(binary.BigEndian.Uint32(r))
+			if rc > 16<<20 {
+				return fmt.Errorf("perf: the peer's cycle buffer of %d bytes is implausible (perftest uses the page size)", rc)
+			}
+			p.cycle = max(ptCycle, rc)
+		}
+	}
+	if _, err := p.comm.xchg(ctx, []byte(ptMTU+"\x00")); err != nil {
+		return err
+	}
+	// create_rdma_cm_connection: handshake, connect, handshake
+	if err := p.hands(ctx, 1); err != nil {
+		return err
+	}
+	p.qps = make([]*ptQP, p.c.QPs)
+	for i := range p.qps {
+		q := &ptQP{}
+		p.qps[i] = q
+		var err error
+		if p.client {
+			q.id, err = p.dial(ctx, addr)
+		} else {
+			q.id, err = p.accept(ctx, ln)
+		}
+		if err != nil {
+			return fmt.Errorf("perf: data connection %d: %w", i, err)
+		}
+		if err := p.setup(q); err != nil {
+			return err
+		}
+	}
+	return p.hands(ctx, 1)
+}
+
+func (p *ptSession) dial(ctx context.Context, addr string) (*rdmacm.ID, error) {
+	var last error
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		id, err := rdmacm.CreateID(addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := id.CreateQP(nil, ptQPAttr(p.c)); err != nil {
+			id.Close()
+			return nil, err
+		}
+		if last = id.Connect(ctx, ptConnParam(p.c)); last == nil {
+			return id, nil
+		}
+		id.Close()
+	}
+	return nil, last
+}
+
+func (p *ptSession) accept(ctx context.Context, ln *rdmacm.ID) (*rdmacm.ID, error) {
+	req, err := ln.GetRequest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := req.CreateQP(nil, ptQPAttr(p.c)); err != nil {
+		req.Reject(nil)
+		req.Close()
+		return nil, err
+	}
+	if err := req.Accept(ctx, ptConnParam(p.c)); err != nil {
+		req.Close()
+		return nil, err
+	}
+	return req, nil
+}
+
+// hands runs n handshakes of QP 0's destination.
+func (p *ptSession) hands(ctx context.Context, n int) error {
+	var d ptDest
+	if len(p.qps) > 0 && p.qps[0].mr != nil {
+		d = p.qps[0].mine
+	}
+	for range n {
+		if _, err := p.comm.xchg(ctx, d.encode()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dests exchanges every QP's destination (one handshake per QP) and
+// records the peer's.
+func (p *ptSession) dests(ctx context.Context) error {
+	for _, q := range p.qps {
+		r, err := p.comm.xchg(ctx, q.mine.encode())
+		if err != nil {
+			return err
+		}
+		if q.rem, err = decodePTDest(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ptBegin connects the control connection and runs the common prefix.
+func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSession, error) {
+	p := &ptSession{c: c, client: ln == nil, credit: c.Test == "send_bw", cycle: ptCycle}
+	var id *rdmacm.ID
+	var err error
+	if p.client {
+		if id, err = rdmacm.CreateID(addr); err != nil {
+			return nil, err
+		}
+		if p.comm, err = newPTComm(id, true); err != nil {
+			id.Close()
+			return nil, err
+		}
+		if err := id.Connect(ctx, &rdmacm.ConnParam{}); err != nil {
+			p.close()
+			return nil, err
+		}
+	} else {
+		if id, err = ln.GetRequest(ctx); err != nil {
+			return nil, err
+		}
+		if p.comm, err = newPTComm(id, false); err != nil {
+			id.Reject(nil)
+			id.Close()
+			return nil, err
+		}
+		if err := id.Accept(ctx, &rdmacm.ConnParam{}); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	if err := p.prefix(ctx, ln, addr); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// RunPerftest is the client of perftest's protocol (-R): it connects to
+// a perftest server (ib_*_bw/lat -R) or a goverbs perf -R server at addr,
+// measures and returns the result.
+func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
+	if err := c.checkPerftest(); err != nil {
+		return Result{}, err
+	}
+	p, err := ptBegin(ctx, &c, nil, addr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer p.close()
+	r, err := p.run(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Device = p.comm.id.Context.Device().Name()
+	p.comm.linger(ctx, 200*time.Millisecond)
+	for _, q := range p.qps {
+		q.id.Disconnect()
+	}
+	p.comm.id.Disconnect()
+	return r, nil
+}
+
+// ServePerftest is the server of perftest's protocol (-R): it serves one
+// client (ib_*_bw/lat -R or goverbs perf -R) on the listener ln. Like
+// perftest's server it takes the test's parameters from its own Config.
+func ServePerftest(ctx context.Context, ln *rdmacm.ID, c Config) error {
+	if err := c.checkPerftest(); err != nil {
+		return err
+	}
+	p, err := ptBegin(ctx, &c, ln, "")
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if _, err = p.run(ctx); err != nil {
+		return err
+	}
+	p.comm.linger(ctx, 5*time.Second)
+	return nil
+}
+
+func (c *Config) checkPerftest() error {
+	if err := c.Check(); err != nil {
+		return err
+	}
+	if c.Test == "atomic_lat" {
+		return errors.New("perf: atomic_lat cannot run with -R: perftest's atomics need a device with atomics, and iWARP (siw) has none")
+	}
+	if c.Duration > 0 {
+		return errors.New("perf: -D is not supported with -R")
+	}
+	if c.lat() && c.QPs > 1 {
+		return errors.New("perf: latency tests use one QP")
+	}
+	return nil
+}
+
+// run is the test-specific part of both roles.
+func (p *ptSession) run(ctx context.Context) (Result, error) {
+	c := p.c
+	res := Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters}
+	var err error
+	switch c.Test {
+	case "send_bw", "send_lat":
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.hands(ctx, 1); err != nil {
+			return res, err
+		}
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.postRecvs(); err != nil {
+			return res, err
+		}
+		if err = p.hands(ctx, 1); err != nil {
+			return res, err
+		}
+		if c.Test == "send_lat" {
+			res, err = p.sendLat(ctx, res)
+		} else if p.client {
+			res, err = p.bw(ctx, res)
+		} else {
+			err = p.sendBWServer(ctx)
+		}
+		if err != nil {
+			return res, err
+		}
+		return res, p.hands(ctx, 1)
+	case "write_bw", "read_bw":
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.hands(ctx, 1); err != nil {
+			return res, err
+		}
+		if !p.client {
+			p.comm.busy = p.dataCQs()
+			if err = p.hands(ctx, 1); err != nil {
+				return res, err
+			}
+			p.comm.busy = nil
+			if err = p.reports(ctx, res); err != nil {
+				return res, err
+			}
+			return res, p.hands(ctx, 1)
+		}
+		if res, err = p.bw(ctx, res); err != nil {
+			return res, err
+		}
+		if err = p.hands(ctx, 1); err != nil {
+			return res, err
+		}
+		if err = p.reports(ctx, res); err != nil {
+			return res, err
+		}
+		return res, p.hands(ctx, 1)
+	default: // write_lat, read_lat
+		r, err := p.comm.xchg(ctx, p.qps[0].mine.encode())
+		if err != nil {
+			return res, err
+		}
+		if p.qps[0].rem, err = decodePTDest(r); err != nil {
+			return res, err
+		}
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.dests(ctx); err != nil {
+			return res, err
+		}
+		if err = p.hands(ctx, 1); err != nil {
+			return res, err
+		}
+		if c.Test == "write_lat" {
+			return p.writeLat(ctx, res)
+		}
+		if !p.client {
+			p.comm.busy = p.dataCQs()
+			err = p.hands(ctx, 1)
+			p.comm.busy = nil
+			return res, err
+		}
+		if res, err = p.readLat(ctx, res); err != nil {
+			return res, err
+		}
+		return res, p.hands(ctx, 1)
+	}
+}
+
+func (p *ptSession) dataCQs() []*verbs.CQ {
+	var cqs []*verbs.CQ
+	for _, q := range p.qps {
+		cqs = append(cqs, q.id.SendCQ, q.id.RecvCQ)
+	}
+	return cqs
+}
+
+// reports is xchg_bw_reports: the client's figures go to the server,
+// which prints them (MiB/s, as perftest counts).
+func (p *ptSession) reports(ctx context.Context, r Result) error {
+	be := binary.BigEndian
+	mib := 1e6 / (1 << 20)
+	for _, v := range []uint64{uint64(r.Bytes), uint64(r.Iters * len(p.qps)), math.Float64bits(r.PeakMBs * mib),
+		math.Float64bits(r.AvgMBs * mib), math.Float64bits(r.MsgRate)} {
+		if _, err := p.comm.xchg(ctx, be.AppendUint64(nil, v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// postRecvs posts the receives of send_bw (the server) and send_lat (both).
+func (p *ptSession) postRecvs() error {
+	if p.c.Test == "send_bw" && p.client {
+		return nil
+	}
+	n := ptRxDepth(p.c)
+	if p.c.Test == "send_lat" {
+		n = min(n, 16)
+	}
+	for _, q := range p.qps {
+		wr := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, p.c.Size)}}}
+		for range n {
+			if err := q.id.QP.PostRecv(wr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendBWServer is run_iter_bw_server with receiver credits.
+func (p *ptSession) sendBWServer(ctx context.Context) error {
+	c := p.c
+	rx := ptRxDepth(c)
+	creditEvery := max(rx/3, 1)
+	wc := make([]verbs.WC, 64)
+	got := make([]int, len(p.qps))
+	posted := make([]int, len(p.qps))
+	inflight := make([]int, len(p.qps))
+	for i := range posted {
+		posted[i] = rx
+	}
+	total := 0
+	lastShow := time.Now()
+	start := lastShow
+	for total < c.Iters*len(p.qps) {
+		progressed := false
+		for i, q := range p.qps {
+			n, err := q.id.RecvCQ.Poll(wc)
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:n] {
+				if err := w.Err(); err != nil {
+					return err
+				}
+				got[i]++
+				total++
+				progressed = true
+				if posted[i] < c.Iters {
+					if err := q.id.QP.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}); err != nil {
+						return err
+					}
+					posted[i]++
+				}
+				if (got[i]%rx)%creditEvery == 0 {
+					for inflight[i] >= c.TxDepth {
+						m, err := q.id.SendCQ.Poll(wc[:1])
+						if err != nil {
+							return err
+						}
+						if m == 1 {
+							if err := wc[0].Err(); err != nil {
+								return err
+							}
+							inflight[i]--
+						}
+					}
+					binary.LittleEndian.PutUint32(q.buf[0:4], uint32(got[i]))
+					err := q.id.QP.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
+						SGList: []verbs.SGE{q.mr.SGE(0, 4)}, RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}})
+					if err != nil {
+						return err
+					}
+					inflight[i]++
+				}
+			}
+			m, err := q.id.SendCQ.Poll(wc)
+			if err != nil {
+				return err
+			}
+			for _, w := range wc[:m] {
+				if err := w.Err(); err != nil {
+					return err
+				}
+				inflight[i]--
+			}
+		}
+		if !progressed {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if c.Progress != nil && time.Since(lastShow) > 200*time.Millisecond {
+				lastShow = time.Now()
+				c.Progress(Progress{Test: c.Test, Done: total, Total: c.Iters * len(p.qps), Elapsed: lastShow.Sub(start)})
+			}
+		}
+	}
+	return nil
+}
+
+// bw is the client's bandwidth run over every data QP.
+func (p *ptSession) bw(ctx context.Context, res Result) (Result, error) {
+	ks := make([]*bwQP, len(p.qps))
+	op := verbs.WRRDMAWrite
+	switch p.c.Test {
+	case "send_bw":
+		op = verbs.WRSend
+	case "read_bw":
+		op = verbs.WRRDMARead
+	}
+	for i, q := range p.qps {
+		k := &bwQP{qp: q.id.QP, scq: q.id.SendCQ}
+		k.wr = []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, p.c.Size)}}}
+		if op != verbs.WRSend {
+			k.wr[0].RemoteAddr, k.wr[0].RKey = q.rem.VAddr, q.rem.RKey
+		}
+		if op == verbs.WRRDMARead {
+			k.depth = ptOutReads
+		}
+		if p.credit {
+			k.credit = q.buf[2*q.b : 2*q.b+4]
+			k.rxDepth = ptRxDepth(p.c)
+		}
+		ks[i] = k
+	}
+	return bandwidth(ctx, p.c, ks, res)
+}
+
+// sendLat is run_iter_lat_send: the client sends first.
+func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
+	q := p.qps[0]
+	c := p.c
+	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)}}}
+	if c.Size <= 64 {
+		send[0].Flags |= verbs.SendInline
+	}
+	recv := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}
+	wc := make([]verbs.WC, 4)
+	l := newLaps(c.Iters)
+	start := time.Now()
+	for i := range c.Iters {
+		if !p.client || i > 0 {
+			if err := spin(ctx, q.id.RecvCQ, wc); err != nil {
+				return res, err
+			}
+			if err := q.id.QP.PostRecv(recv); err != nil {
+				return res, err
+			}
+		}
+		if err := q.id.QP.PostSend(send); err != nil {
+			return res, err
+		}
+		l.stamp() // after the post: see laps
+		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+			return res, err
+		}
+		p.c.progress(i+1, start)
+	}
+	if p.client {
+		if err := spin(ctx, q.id.RecvCQ, wc); err != nil {
+			return res, err
+		}
+		l.stamp()
+	}
+	summarize(&res, l.samples(2))
+	return res, nil
+}
+
+// writeLat is run_iter_lat_write: the server writes first; the last byte
+// of each message carries the iteration number.
+func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
+	q := p.qps[0]
+	c := p.c
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)},
+		RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}}
+	if c.Size <= 64 {
+		wr[0].Flags |= verbs.SendInline
+	}
+	post := q.buf[c.Size-1 : c.Size]
+	poll := q.buf[q.b+c.Size-1:]
+	wc := make([]verbs.WC, 4)
+	wait := func(want byte) error {
+		for k := 0; load8(poll) != want; k++ {
+			q.id.SendCQ.Poll(wc)
+			if k&0xfff == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	l := newLaps(c.Iters)
+	start := time.Now()
+	for i := 1; i <= c.Iters; i++ {
+		// The client waits for write i before its own; the server writes
+		// first and then waits for the client's previous one.
+		want := byte(i)
+		if !p.client {
+			want = byte(i - 1)
+		}
+		if p.client || i > 1 {
+			if err := wait(want); err != nil {
+				return res, err
+			}
+		}
+		post[0] = byte(i)
+		if err := q.id.QP.PostSend(wr); err != nil {
+			return res, err
+		}
+		l.stamp() // after the post: see laps
+		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+			return res, err
+		}
+		p.c.progress(i, start)
+	}
+	if !p.client {
+		if err := wait(byte(c.Iters)); err != nil {
+			return res, err
+		}
+	}
+	summarize(&res, l.samples(2))
+	return res, nil
+}
+
+// readLat is run_iter_lat for READ: one read at a time, each timed.
+func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
+	q := p.qps[0]
+	c := p.c
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)},
+		RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}}
+	wc := make([]verbs.WC, 4)
+	d := samples[time.Duration](c.Iters)
+	start := time.Now()
+	for i := range c.Iters {
+		t0 := time.Now()
+		if err := q.id.QP.PostSend(wr); err != nil {
+			return res, err
+		}
+		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+			return res, err
+		}
+		d = append(d, time.Since(t0))
+		p.c.progress(i+1, start)
+	}
+	summarize(&res, d)
+	return res, nil
+}

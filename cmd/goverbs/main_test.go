@@ -1,0 +1,243 @@
+package main
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
+)
+
+// Flags after the server address are read, as perftest's users type them
+// (GNU getopt permutes): the port, size and iterations given after SERVER
+// are the ones used.
+func TestPerfFlagsAfterServer(t *testing.T) {
+	for _, args := range [][]string{
+		{"send_lat", "127.0.0.1", "-p", "7400", "-s", "64"},
+		{"send_lat", "-p", "7400", "127.0.0.1", "-s", "64"},
+		{"-s", "64", "send_lat", "127.0.0.1", "--port=7400"},
+		{"send_lat", "127.0.0.1", "-p7400", "-s64"},
+		{"send_lat", "127.0.0.1", "--port", "7400", "--size=64"},
+		{"send_lat", "127.0.0.1", "-p=7400", "-size", "64"}, // Go's flag package spellings
+	} {
+		r, err := parsePerf(args)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if r.dial != "127.0.0.1:7400" || r.cfg.Size != 64 || r.cfg.Test != "send_lat" || r.server || r.listen != "" {
+			t.Errorf("%q: dial %q, size %d, test %q, server %v, listen %q", args, r.dial, r.cfg.Size, r.cfg.Test, r.server, r.listen)
+		}
+		if r.cfg.Iters != 1000 || r.cfg.Warmup != defaultWarmup || len(r.sizes) != 1 || r.sizes[0] != 64 {
+			t.Errorf("%q: defaults: %d iterations, %d warm-up, sizes %v", args, r.cfg.Iters, r.cfg.Warmup, r.sizes)
+		}
+	}
+}
+
+// Every flag spelling that scripts use keeps working: the single-dash long
+// names of Go's flag package (-json, -server), perftest's short flags
+// anywhere, and GNU long names.
+func TestPerfSpellings(t *testing.T) {
+	r, err := parsePerf([]string{"write_bw", "-server", "-json", "-d", "shm0", "-p", "9000", "-D", "3", "-q", "2", "-t", "64", "-Q", "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.server || !r.json || r.dev != "shm0" || r.listen != "unix:@goverbs-perf-9000" ||
+		r.cfg.Duration != 3*time.Second || r.cfg.QPs != 2 || r.cfg.TxDepth != 64 || r.cfg.CQMod != 10 {
+		t.Fatalf("%+v", r)
+	}
+	r, err = parsePerf([]string{"read_bw", "10.0.0.2", "-R", "--json", "-n", "300", "--qp=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.perftest || !r.json || r.dial != "10.0.0.2:18515" || r.cfg.Iters != 300 || r.cfg.QPs != 3 || r.cfg.Warmup != 0 {
+		t.Fatalf("%+v", r)
+	}
+	// Over shared memory SERVER is this host, or a unix: address.
+	if r, err = parsePerf([]string{"send_lat", "localhost", "-d", "shm0", "-p", "7400"}); err != nil || r.dial != "unix:@goverbs-perf-7400" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r, err = parsePerf([]string{"send_lat", "unix:@x", "-d", "shm0"}); err != nil || r.dial != "unix:@x" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// In loopback, -p is the port listened on.
+	if r, err = parsePerf([]string{"send_lat", "-p", "7400"}); err != nil || r.listen != "127.0.0.1:7400" || r.dial != "" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// No argument at all is the summary of every test.
+	if r, err = parsePerf(nil); err != nil || !r.summary {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// Ping: rping's short flags in any order and the -crc of earlier versions.
+	if got := goSpellings(pingFlags().FlagSet, []string{"-crc", "--v", "-a", "-crc", "-S=64"}); strings.Join(got, " ") != "--crc -v -a -crc -S=64" {
+		t.Fatalf("ping spellings: %q", got)
+	}
+}
+
+// pingFlags is a flag set like ping's, for goSpellings.
+func pingFlags() *command {
+	fs := newCommand("ping", "")
+	fs.BoolP("verbose", "v", false, "")
+	fs.StringP("addr", "a", "", "")
+	fs.IntP("size", "S", 64, "")
+	fs.Bool("crc", false, "")
+	return fs
+}
+
+// What perf would ignore is refused, before anything runs or is printed.
+func TestPerfRefuses(t *testing.T) {
+	for _, args := range [][]string{
+		{"-d", "shm0"},         // flags without a TEST
+		{"nope"},               // unknown test
+		{"send_lat", "a", "b"}, // two servers
+		{"send_lat", "127.0.0.1", "--server"},
+		{"send_lat", "-D", "1"},             // latency tests are counted
+		{"send_bw", "-D", "1"},              // send_bw posts its receives first
+		{"write_bw", "-D", "1", "-n", "10"}, // timed or counted
+		{"write_bw", "-D", "0"},
+		{"read_bw", "-R", "-D", "1"},
+		{"write_bw", "-w", "10"}, // warm-up is for latency tests
+		{"send_lat", "-Q", "10"}, // cq_mod is for bandwidth tests
+		{"send_bw", "-n", "9000"},
+		{"write_bw", "-a", "-s", "64"},
+		{"send_lat", "-d", "shm0", "example.com"},
+		{"send_lat", "-d", "shm0", "unix:@x", "-p", "1"},
+		{"send_lat", "unix:@x"},
+		{"send_lat", "-R", "-d", "shm0"},
+		{"send_lat", "-t", "0"},
+		{"send_lat", "-s", "0"},
+		{"write_lat", "-q", "2"},
+		{"send_lat", "-x"},
+	} {
+		if _, err := parsePerf(args); err == nil {
+			t.Errorf("%q: no error", args)
+		} else if _, ok := err.(*usageError); !ok {
+			t.Errorf("%q: %v is not a usage error", args, err)
+		}
+	}
+}
+
+// A goverbs server given parameters checks that its client asks for the
+// same ones; those it was not given are the client's to choose.
+func TestPerfServerMatch(t *testing.T) {
+	r, err := parsePerf([]string{"write_bw", "--server", "-s", "4096", "-D", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := perf.Config{Test: "write_bw", Size: 4096, Iters: 77, QPs: 3, Duration: 2 * time.Second, CQMod: 5}
+	if err := r.cfg.Match(ok); err != nil {
+		t.Fatalf("matching client refused: %v", err)
+	}
+	bad := ok
+	bad.Size, bad.Duration = 8, time.Second
+	if err := r.cfg.Match(bad); err == nil || !strings.Contains(err.Error(), "-s 8 (this server: 4096)") || !strings.Contains(err.Error(), "-D 1s") {
+		t.Fatalf("mismatch: %v", err)
+	}
+	// With -a, each run's size is expected in turn.
+	r, err = parsePerf([]string{"write_bw", "--server", "-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.matchSize(r.sizes[3])
+	if err := r.cfg.Match(perf.Config{Size: r.sizes[3]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cfg.Match(perf.Config{Size: r.sizes[4]}); err == nil {
+		t.Fatal("-a: the wrong size accepted")
+	}
+}
+
+// capture runs f with the standard output and help going to a pipe and
+// returns what was written.
+func capture(t *testing.T, f func()) string {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(pr)
+		out <- string(b)
+	}()
+	stdout, help := os.Stdout, helpOut
+	os.Stdout, helpOut = pw, pw
+	defer func() { os.Stdout, helpOut = stdout, help }()
+	f()
+	pw.Close()
+	return <-out
+}
+
+// -h and --help print the command's help and exit 0; each flag's line
+// shows its default once.
+func TestHelp(t *testing.T) {
+	for _, cmd := range []string{"devices", "demo", "ping", "perf"} {
+		for _, h := range []string{"-h", "--help", "-help"} {
+			var code int
+			out := capture(t, func() { code = run([]string{cmd, h}) })
+			if code != 0 {
+				t.Errorf("goverbs %s %s: exit status %d", cmd, h, code)
+			}
+			if !strings.HasPrefix(out, "usage: goverbs "+cmd) || !strings.Contains(out, "\nflags:\n") {
+				t.Errorf("goverbs %s %s printed:\n%s", cmd, h, out)
+			}
+			flags := out[strings.Index(out, "\nflags:\n"):]
+			for _, line := range strings.Split(flags, "\n") {
+				if strings.Count(line, "default") > 1 {
+					t.Errorf("goverbs %s help: a default shown twice: %q", cmd, line)
+				}
+			}
+		}
+	}
+	// The help also works after other arguments.
+	if code := run([]string{"perf", "send_lat", "127.0.0.1", "-h"}); code != 0 {
+		t.Errorf("perf ... -h: exit status %d", code)
+	}
+	if code := run([]string{"-h"}); code != 0 {
+		t.Errorf("goverbs -h: exit status %d", code)
+	}
+}
+
+// A bad command line exits 2 and prints nothing on standard output (each
+// command parses all its flags first).
+func TestBadCommandLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"devices", "extra"},
+		{"devices", "-x"},
+		{"demo", "-n", "0"},
+		{"demo", "-n", "10", "extra"},
+		{"demo", "-d", "0s"},
+		{"ping"},
+		{"ping", "-s", "-c"},
+		{"ping", "-c"},
+		{"ping", "-c", "-a", "unix:@x", "-p", "1"},
+		{"ping", "-s", "-S", "10"},
+		{"ping", "-s", "extra"},
+		{"perf", "send_lat", "127.0.0.1", "-p", "7400", "-x"},
+		{"perf", "write_bw", "-D", "1", "-n", "5"},
+		{"nope"},
+		{},
+	} {
+		var code int
+		out := capture(t, func() { code = run(args) })
+		if code != 2 {
+			t.Errorf("%q: exit status %d, want 2", args, code)
+		}
+		if out != "" {
+			t.Errorf("%q printed on standard output:\n%s", args, out)
+		}
+	}
+}
+
+// The loop demo runs from its command line with flags in any order.
+func TestDemoRuns(t *testing.T) {
+	var code int
+	out := capture(t, func() { code = run([]string{"demo", "-d", "20ms", "--iters=2000"}) })
+	if code != 0 || !strings.Contains(out, "device loop0") || !strings.Contains(out, "write_bw") {
+		t.Fatalf("exit status %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, " 2000 ") {
+		t.Fatalf("-n 2000 not used:\n%s", out)
+	}
+}
