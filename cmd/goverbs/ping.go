@@ -44,7 +44,8 @@ RDMA READs it and RDMA WRITEs it back into the client's second buffer,
 COUNT times (forever with 0). Over TCP (device iwarp0, provider iwarp) it
 works against rdma-core's rping on a Linux siw device, in both roles; with
 -a unix:/path or unix:@name, over shared memory (device shm0, provider shm)
-between two processes of this host.
+between two processes of this host; with -a roce://ADDR, over RoCEv2 in
+userspace (provider roce), against rping on a Linux rxe device or a RoCE NIC.
 
 With -V the client compares what came back with what it sent, and the
 server checks what it read against rping's pattern for that ping. With -C
@@ -104,6 +105,18 @@ func ping(args []string) error {
 		if *crc {
 			return badUsage("ping", "--crc with -a %s: MPA CRC is iWARP's (TCP); shared memory has no MPA", o.addr)
 		}
+	}
+	if host, ok := strings.CutPrefix(o.addr, "roce://"); ok {
+		// RoCEv2: IB CM over UDP to an rxe device or a RoCE NIC. The
+		// port is the rdma_cm port space's, as rping's -p is.
+		if host == "" {
+			return badUsage("ping", "-a roce://ADDR needs an IP address (the server's, or the local one to bind)")
+		}
+		if *crc {
+			return badUsage("ping", "--crc with -a %s: MPA CRC is iWARP's (TCP); RoCEv2 has its ICRC always", o.addr)
+		}
+		addr = "roce://" + net.JoinHostPort(host, strconv.Itoa(o.port))
+		o.dev = "roce"
 	}
 	if o.server {
 		return pingServer(addr, &o)

@@ -439,10 +439,13 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 			c.pdata = append([]byte(nil), rep.PrivateData[:]...)
 			c.ird = min(int(req.ResponderResources), int(rep.InitiatorDepth))
 			c.ord = min(int(req.InitiatorDepth), int(rep.ResponderResources))
-			if err := toRTR(qp, ap.Addr(), rep.LocalQPN, rep.StartingPSN, d.mtu, c.ird); err != nil {
+			// Linux's CM reads a message's starting PSN as the one its
+			// sender will receive from: ours in the REQ, the peer's
+			// send PSN is in the REP.
+			if err := toRTR(qp, ap.Addr(), rep.LocalQPN, psn, d.mtu, c.ird); err != nil {
 				return failDial(err)
 			}
-			if err := toRTS(qp, psn, ackTimeout0, req.RetryCount, rep.RNRRetryCount, c.ord); err != nil {
+			if err := toRTS(qp, rep.StartingPSN, ackTimeout0, req.RetryCount, rep.RNRRetryCount, c.ord); err != nil {
 				return failDial(err)
 			}
 			var rtu [ib.MADLen]byte
@@ -731,10 +734,13 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if mtu < verbs.MTU256 {
 		mtu = verbs.MTU256
 	}
-	if err := toRTR(qp, c.peer, r.req.LocalQPN, r.req.StartingPSN, mtu, c.ird); err != nil {
+	// The REQ's starting PSN is the one the peer receives from (we
+	// send with it); the REP's is ours to receive from, as Linux's CM
+	// reads them.
+	psn := randPSN()
+	if err := toRTR(qp, c.peer, r.req.LocalQPN, psn, mtu, c.ird); err != nil {
 		return fail(err)
 	}
-	psn := randPSN()
 	rep := ib.REP{LocalCommID: c.localID, RemoteCommID: c.remoteID, LocalQPN: qp.Num(), StartingPSN: psn,
 		ResponderResources: uint8(c.ird), InitiatorDepth: uint8(c.ord), TargetAckDelay: 15,
 		RNRRetryCount: min(p.RNRRetry, 7), LocalCAGUID: d.eng.GUID()}
@@ -754,7 +760,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if retry == 0 {
 		retry = 7
 	}
-	if err := toRTS(qp, psn, max(r.req.LocalAckTimeout, 14), retry, r.req.RNRRetryCount, c.ord); err != nil {
+	if err := toRTS(qp, r.req.StartingPSN, max(r.req.LocalAckTimeout, 14), retry, r.req.RNRRetryCount, c.ord); err != nil {
 		return fail(err)
 	}
 	go c.watch()
