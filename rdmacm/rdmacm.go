@@ -7,6 +7,15 @@
 // (TCP; interoperates with Linux siw and librdmacm programs);
 // "roce://host:port" the RoCEv2 provider (IB CM over UDP; interoperates
 // with Linux rxe and RoCE NICs); "unix:/path" or "unix:@name" shared memory.
+// A RoCE connection leaves from the device of the local address the route
+// chooses, or of the one given to CreateIDFrom or DialFrom; a listener is
+// on its own address's device.
+//
+// Private data arrives as the transport carries it: exactly over iWARP and
+// shared memory; over RoCE, padded with zeros to the size of the IB CM
+// message's field (56 bytes in a connection request after rdma_cm's
+// header, 196 in a reply, 148 in a rejection), because the IB CM puts no
+// length on the wire; librdmacm delivers it the same way.
 //
 // The Go-style entry points are Dial (rdma_create_ep + rdma_connect) and
 // Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
@@ -217,6 +226,11 @@ func newID(t cm.Transport, addr string) (*ID, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newIDOn(t, addr, name)
+}
+
+// newIDOn makes an identifier for addr on the device name.
+func newIDOn(t cm.Transport, addr, name string) (*ID, error) {
 	ctx, pd, err := deviceContext(name)
 	if err != nil {
 		return nil, err
@@ -232,6 +246,33 @@ func CreateID(addr string) (*ID, error) {
 		return nil, err
 	}
 	return newID(t, rest)
+}
+
+// CreateIDFrom is CreateID with a source address (rdma_resolve_addr with
+// src_addr): the connection goes out from the local address src (an IP
+// address, with or without a port), and so from the device that serves
+// it. Only transports whose device depends on the address (roce://) take
+// a source; the others choose their own and refuse one.
+func CreateIDFrom(src, addr string) (*ID, error) {
+	t, rest, err := transportFor(addr)
+	if err != nil {
+		return nil, err
+	}
+	if src == "" {
+		return newID(t, rest)
+	}
+	r, ok := t.(cm.Router)
+	if !ok {
+		return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
+	}
+	if _, _, err := net.SplitHostPort(src); err != nil {
+		src = net.JoinHostPort(src, "0")
+	}
+	name, err := r.DeviceFor(src, true)
+	if err != nil {
+		return nil, err
+	}
+	return newIDOn(t, rest, name)
 }
 
 // LocalAddr returns the local address of a connected or listening identifier.
@@ -538,7 +579,13 @@ func (id *ID) Close() error {
 // QP with 16 WRs and 1 SGE each way and its own CQs) and connects it, as
 // rdma_create_ep followed by rdma_connect.
 func Dial(ctx context.Context, addr string, attr *verbs.QPInitAttr, p *ConnParam) (*ID, error) {
-	id, err := CreateID(addr)
+	return DialFrom(ctx, "", addr, attr, p)
+}
+
+// DialFrom is Dial from the local address src (see CreateIDFrom; "" lets
+// the route choose, as Dial does).
+func DialFrom(ctx context.Context, src, addr string, attr *verbs.QPInitAttr, p *ConnParam) (*ID, error) {
+	id, err := CreateIDFrom(src, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -580,6 +627,19 @@ func (id *ID) Listen() error {
 	defer id.mu.Unlock()
 	if id.state != stateIdle {
 		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
+	}
+	if r, ok := id.tr.(cm.Router); ok && id.QP == nil {
+		// A listener's device is its own address's (rdma_bind_addr), not
+		// the one a connection to it would leave from.
+		name, err := r.DeviceFor(id.addr, true)
+		if err != nil {
+			return err
+		}
+		if name != id.Context.Device().Name() {
+			if id.Context, id.PD, err = deviceContext(name); err != nil {
+				return err
+			}
+		}
 	}
 	ln, err := id.tr.Listen(id.addr, id.pcfg)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -31,6 +32,18 @@ type transport struct {
 	listen func() string
 	dial   func(ln *rdmacm.ID) string
 	closed func(t *testing.T) string // an address nobody listens at
+	src    string                    // the address a client dials from ("": the route's)
+	// fixed: private data arrives padded with zeros to the CM message's
+	// fixed size (IB CM: the length is not on the wire).
+	fixed bool
+}
+
+// pdIs reports whether private data got is want as the transport carries it.
+func (tr transport) pdIs(got []byte, want string) bool {
+	if tr.fixed {
+		return len(got) >= len(want) && string(got[:len(want)]) == want && len(bytes.Trim(got[len(want):], "\x00")) == 0
+	}
+	return string(got) == want
 }
 
 var unixSeq atomic.Int64
@@ -42,10 +55,32 @@ var transports = []transport{
 			addr := l.Addr().String()
 			l.Close()
 			return addr
-		}},
+		}, "", false},
 	{"unix", func() string { return fmt.Sprintf("unix:@goverbs-rdmacm-test-%d-%d", os.Getpid(), unixSeq.Add(1)) },
 		func(ln *rdmacm.ID) string { return "unix:" + ln.LocalAddr().String() },
-		func(t *testing.T) string { return "unix:" + filepath.Join(t.TempDir(), "nobody") }},
+		func(t *testing.T) string { return "unix:" + filepath.Join(t.TempDir(), "nobody") }, "", false},
+	// RoCE between two loopback addresses of this process's own (each
+	// address's UDP port 4791 is one process's).
+	{"roce", func() string { return fmt.Sprintf("roce://%v:%d", roceAddr(1), 7000+unixSeq.Add(1)) },
+		func(ln *rdmacm.ID) string { return "roce://" + ln.LocalAddr().String() },
+		func(t *testing.T) string {
+			// The address's device is up (a listener on another port), so
+			// a request for a port nobody listens on is rejected.
+			ln, err := rdmacm.Listen(fmt.Sprintf("roce://%v:%d", roceAddr(1), 6998))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			return fmt.Sprintf("roce://%v:%d", roceAddr(1), 6999)
+		},
+		roceAddr(2).String(), true},
+}
+
+// roceAddr returns 127.x.y.(n+2), x and y from the process ID (the roce
+// provider's own tests take .1 and .2).
+func roceAddr(n byte) netip.Addr {
+	p := os.Getpid()
+	return netip.AddrFrom4([4]byte{127, byte(16 + p%200), byte(p / 200 % 250), n + 2})
 }
 
 // both runs a test over every transport.
@@ -79,7 +114,7 @@ func pair(t *testing.T, tr transport, dialPD, acceptPD []byte) (client, server *
 		}
 		got <- req
 	}()
-	client, err = rdmacm.Dial(ctx, tr.dial(ln),
+	client, err = rdmacm.DialFrom(ctx, tr.src, tr.dial(ln),
 		&verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}},
 		&rdmacm.ConnParam{PrivateData: dialPD, ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
@@ -98,7 +133,7 @@ func TestConnectWithPrivateData(t *testing.T) { both(t, testConnectWithPrivateDa
 func testConnectWithPrivateData(t *testing.T, tr transport) {
 	leakcheck.Check(t)
 	c, s := pair(t, tr, []byte("from client"), []byte("from server"))
-	if string(c.PrivateData()) != "from server" || string(s.PrivateData()) != "from client" {
+	if !tr.pdIs(c.PrivateData(), "from server") || !tr.pdIs(s.PrivateData(), "from client") {
 		t.Fatalf("private data: client got %q, server got %q", c.PrivateData(), s.PrivateData())
 	}
 	ird, ord := s.PeerResources()
@@ -239,9 +274,9 @@ func testRejectWithPrivateData(t *testing.T, tr transport) {
 			req.Close()
 		}
 	}()
-	_, err = rdmacm.Dial(ctx, tr.dial(ln), nil, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
+	_, err = rdmacm.DialFrom(ctx, tr.src, tr.dial(ln), nil, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
 	var rej *rdmacm.RejectedError
-	if !errors.As(err, &rej) || !errors.Is(err, rdmacm.ErrRejected) || string(rej.PrivateData) != "go away" {
+	if !errors.As(err, &rej) || !errors.Is(err, rdmacm.ErrRejected) || !tr.pdIs(rej.PrivateData, "go away") {
 		t.Fatalf("Dial: %v, want a rejection carrying %q", err, "go away")
 	}
 }
@@ -250,7 +285,7 @@ func TestConnectRefusedIsRejected(t *testing.T) { both(t, testConnectRefusedIsRe
 
 func testConnectRefusedIsRejected(t *testing.T, tr transport) {
 	leakcheck.Check(t)
-	id, err := rdmacm.CreateID(tr.closed(t))
+	id, err := rdmacm.CreateIDFrom(tr.src, tr.closed(t))
 	if err != nil {
 		t.Fatal(err)
 	}

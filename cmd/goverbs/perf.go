@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/rdmacm"
 )
 
@@ -81,6 +83,18 @@ var perfDevices = map[string]struct{ provider, what string }{
 	"shm0":   {"shm", "same-host shared memory"},
 }
 
+// perfDevice returns a device's provider and what it is; RoCE devices
+// (roce0, roce1, ...: one per local address) are the roce provider's.
+func perfDevice(name string) (provider, what string, ok bool) {
+	if d, ok := perfDevices[name]; ok {
+		return d.provider, d.what, true
+	}
+	if _, ok := roce.DeviceAddr(name); ok {
+		return "roce", "RoCEv2 over UDP", true
+	}
+	return "", "", false
+}
+
 // perfRun is a parsed perf command line.
 type perfRun struct {
 	summary  bool // no TEST: every test once, one table
@@ -115,7 +129,8 @@ func parsePerf(args []string) (*perfRun, error) {
 	depth := fs.IntP("tx-depth", "t", 128, "send queue depth (work requests in flight)")
 	cqMod := fs.IntP("cq-mod", "Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
 	port := fs.IntP("port", "p", 18515, "port")
-	dev := fs.StringP("ib-dev", "d", "iwarp0", "device: iwarp0 (TCP) or shm0 (same-host shared memory)")
+	dev := fs.StringP("ib-dev", "d", "iwarp0", "device: iwarp0 (TCP), shm0 (same-host shared memory) or a RoCE device (roce0, ...: see goverbs devices)")
+	bind := fs.StringP("bind", "B", "", "RoCE: the local IP address to use (its device; made if it has none); implies a RoCE device")
 	qps := fs.IntP("qp", "q", 1, "bandwidth tests: number of QPs (connections) driven in parallel")
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines (a server prints no results)")
@@ -144,10 +159,28 @@ func parsePerf(args []string) (*perfRun, error) {
 	if len(args) == 2 {
 		peer = args[1]
 	}
-	_, ok := perfDevices[*dev]
+	var local netip.Addr // RoCE: the device's address
+	if *bind != "" {
+		a, err := netip.ParseAddr(*bind)
+		if err != nil {
+			return bad("--bind %q: an IP address", *bind)
+		}
+		name, err := roce.AddDevice(a)
+		if err != nil {
+			return bad("--bind %s: %v", *bind, err)
+		}
+		if fs.Changed("ib-dev") && *dev != name {
+			return bad("--bind %s is device %s, not -d %s", *bind, name, *dev)
+		}
+		*dev, r.dev = name, name
+	}
+	prov, _, ok := perfDevice(*dev)
+	if prov == "roce" {
+		local, _ = roce.DeviceAddr(*dev)
+	}
 	switch {
 	case !ok:
-		return bad("device %q: iwarp0 or shm0", *dev)
+		return bad("device %q: iwarp0, shm0 or a RoCE device (see goverbs devices)", *dev)
 	case *server && peer != "":
 		return bad("--server and SERVER %q: a server waits, a client connects: give one", peer)
 	case *port < 0 || *port > 65535:
@@ -218,6 +251,17 @@ func parsePerf(args []string) (*perfRun, error) {
 	// Addresses.
 	p := strconv.Itoa(*port)
 	switch {
+	case prov == "roce" && strings.HasPrefix(peer, "unix:"):
+		return bad("SERVER %s: a unix: address is for -d shm0", peer)
+	case prov == "roce" && peer != "":
+		r.dial = "roce://" + net.JoinHostPort(peer, p)
+		if fs.Changed("ib-dev") || *bind != "" {
+			c.Source = local.String()
+		}
+	case prov == "roce":
+		// A listener (server or loopback) is on the device's address;
+		// rdma_cm has no port 0.
+		r.listen = "roce://" + net.JoinHostPort(local.String(), p)
 	case *dev == "shm0" && strings.HasPrefix(peer, "unix:"):
 		if fs.Changed("port") {
 			return bad("-p with SERVER %s: a unix: address is the whole address, it has no port", peer)
@@ -305,7 +349,7 @@ func (r *perfRun) run() error {
 	if !r.json {
 		c.Progress = progressLine()
 	}
-	info := perfDevices[r.dev]
+	prov, what, _ := perfDevice(r.dev)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -315,7 +359,7 @@ func (r *perfRun) run() error {
 			return err
 		}
 		defer ln.Close()
-		fmt.Fprintf(os.Stderr, "goverbs perf %s: waiting for a client on %v (device %s, provider %s)\n", c.Test, ln.LocalAddr(), r.dev, info.provider)
+		fmt.Fprintf(os.Stderr, "goverbs perf %s: waiting for a client on %v (device %s, provider %s)\n", c.Test, ln.LocalAddr(), r.dev, prov)
 		c.Progress = nil
 		if r.perftest {
 			return perf.ServePerftest(ctx, ln, c)
@@ -340,7 +384,7 @@ func (r *perfRun) run() error {
 		if r.perftest {
 			proto = ", perftest's rdma_cm protocol"
 		}
-		fmt.Printf("goverbs perf %s: device %s (provider %s: %s), %s%s\n", c.Test, r.dev, info.provider, info.what, where, proto)
+		fmt.Printf("goverbs perf %s: device %s (provider %s: %s), %s%s\n", c.Test, r.dev, prov, what, where, proto)
 		if r.lat {
 			fmt.Fprintln(w, "#bytes\t#iterations\tt_min[usec]\tt_max[usec]\tt_typical[usec]\tt_avg[usec]\tt_stdev[usec]\t99% percentile[usec]\t99.9% percentile[usec]\t")
 		} else {
@@ -369,7 +413,7 @@ func (r *perfRun) run() error {
 		if res.Device == "" {
 			res.Device = r.dev
 		}
-		res.Provider = perfDevices[res.Device].provider
+		res.Provider, _, _ = perfDevice(res.Device)
 		if r.json {
 			b, _ := json.Marshal(res)
 			fmt.Println(string(b))

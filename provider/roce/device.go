@@ -60,17 +60,46 @@ type device struct {
 
 	cm *cmAgent
 
-	stats Counters
+	stats counters
 }
 
-// Counters counts what a device dropped.
-type Counters struct {
+// counters counts what a device received, sent and dropped.
+type counters struct {
 	BadICRC   atomic.Uint64 // the ICRC did not check
 	Malformed atomic.Uint64 // headers that break the transport's rules
 	NoQP      atomic.Uint64 // for a QP that does not exist or is not ready
 	Received  atomic.Uint64
 	Sent      atomic.Uint64
 	SendFail  atomic.Uint64 // the socket refused the packet (counted as lost)
+}
+
+// Counters is what a device received, sent and dropped (as rxe's
+// hw_counters), since the program started.
+type Counters struct {
+	Received  uint64 // datagrams read from the socket
+	Sent      uint64 // datagrams the socket took
+	SendFail  uint64 // datagrams the socket refused (lost, as on a wire)
+	BadICRC   uint64 // dropped: the ICRC did not check
+	Malformed uint64 // dropped: headers that break the transport's rules
+	NoQP      uint64 // dropped: for a QP that does not exist or is not ready
+}
+
+// DeviceCounters returns the counters of the device name.
+func DeviceCounters(name string) (Counters, bool) {
+	devs.Lock()
+	var d *device
+	for _, x := range devs.list {
+		if x.eng.Name() == name {
+			d = x
+		}
+	}
+	devs.Unlock()
+	if d == nil {
+		return Counters{}, false
+	}
+	s := &d.stats
+	return Counters{Received: s.Received.Load(), Sent: s.Sent.Load(), SendFail: s.SendFail.Load(),
+		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load()}, true
 }
 
 func newDevice(name string, addr netip.Addr) *device {

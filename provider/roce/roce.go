@@ -24,7 +24,7 @@
 // check does without them, and the kernel has checked the IP header's
 // checksum, which covers them), then every header against the transport's
 // rules. A malformed packet, one with a bad ICRC, and one for a QP that
-// does not exist are dropped and counted (Counters).
+// does not exist are dropped and counted (DeviceCounters).
 //
 // # Transport
 //
@@ -145,6 +145,18 @@ func DeviceFor(addr netip.Addr) (string, bool) {
 		return "", false
 	}
 	return d.eng.Name(), true
+}
+
+// DeviceAddr returns the local address the device name serves.
+func DeviceAddr(name string) (netip.Addr, bool) {
+	devs.Lock()
+	defer devs.Unlock()
+	for _, d := range devs.list {
+		if d.eng.Name() == name {
+			return d.addr, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func addDevice(addr netip.Addr) *device {

@@ -54,6 +54,9 @@ type Config struct {
 	// before its Iters timed ones (as ucx_perftest -w): the first exchanges
 	// pay for cold caches and first touches of pages, not the transport.
 	Warmup int
+	// Source, when set, is the local address a client connects from
+	// (rdmacm.CreateIDFrom; RoCE: it chooses the device).
+	Source string
 	// Progress, when set, is called about every 200 ms of a measurement
 	// from the measuring goroutine (keep it short).
 	Progress func(Progress)
@@ -393,7 +396,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		}
 	}()
 	for range c.QPs {
-		id, err := rdmacm.CreateID(addr)
+		id, err := rdmacm.CreateIDFrom(c.Source, addr)
 		if err != nil {
 			return Result{}, err
 		}
@@ -485,6 +488,8 @@ func loopback(ctx context.Context, addr string, c Config,
 	dial := ln.LocalAddr().String()
 	if strings.HasPrefix(addr, "unix:") {
 		dial = "unix:" + dial
+	} else if i := strings.Index(addr, "://"); i > 0 {
+		dial = addr[:i+3] + dial
 	}
 	r, err := run(ctx, dial, c)
 	if serr := <-served; err == nil {

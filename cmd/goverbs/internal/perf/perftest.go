@@ -363,7 +363,7 @@ func (p *ptSession) dial(ctx context.Context, addr string) (*rdmacm.ID, error) {
 				return nil, ctx.Err()
 			}
 		}
-		id, err := rdmacm.CreateID(addr)
+		id, err := rdmacm.CreateIDFrom(p.c.Source, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -427,11 +427,11 @@ func (p *ptSession) dests(ctx context.Context) error {
 
 // ptBegin connects the control connection and runs the common prefix.
 func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSession, error) {
-	p := &ptSession{c: c, client: ln == nil, credit: c.Test == "send_bw", cycle: ptCycle}
+	p := &ptSession{c: c, client: ln == nil, cycle: ptCycle}
 	var id *rdmacm.ID
 	var err error
 	if p.client {
-		if id, err = rdmacm.CreateID(addr); err != nil {
+		if id, err = rdmacm.CreateIDFrom(c.Source, addr); err != nil {
 			return nil, err
 		}
 		if p.comm, err = newPTComm(id, true); err != nil {
@@ -456,6 +456,9 @@ func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSes
 			return nil, err
 		}
 	}
+	// perftest counts receiver credits only over iWARP, which has no RNR
+	// retry; over IB and RoCE a sender that finds no receive waits.
+	p.credit = c.Test == "send_bw" && id.Context.Device().TransportType() == verbs.TransportIWARP
 	if err := p.prefix(ctx, ln, addr); err != nil {
 		p.close()
 		return nil, err
