@@ -62,8 +62,14 @@ Method.
 connection, version and pingpong_dest exchange, receiver credits for
 send_bw over iWARP), so goverbs works against ib_send_bw, ib_write_bw,
 ib_read_bw, ib_send_lat, ib_write_lat and ib_read_lat run with -R, in
-either role (not atomic_lat: siw has no atomics). As with perftest, give
-both ends the same test, -s, -n and -q; perftest reports MB/s as MiB/s.
+either role, and ib_atomic_lat over RoCE (iWARP has no atomics in
+perftest's protocol). As with perftest, give both ends the same test, -s,
+-n and -q; perftest reports MB/s as MiB/s.
+
+Over RoCE (-d roceN, one device per local address, or --bind ADDR), each
+process needs an address of its own: UDP port 4791 of an address is one
+process's. Two processes of one host use two loopback addresses, e.g.
+--server --bind 127.0.0.1 and --bind 127.0.0.2 127.0.0.1.
 
 While a test runs, a progress line is shown on stderr when stdout and
 stderr are terminals (never with --json).
@@ -187,6 +193,8 @@ func parsePerf(args []string) (*perfRun, error) {
 		return bad("port %d out of range", *port)
 	case *pt && *dev == "shm0":
 		return bad("-R (perftest's protocol) runs over iwarp0: perftest has no shared-memory device")
+	case *pt && test == "atomic_lat" && prov != "roce":
+		return bad("atomic_lat -R runs over a RoCE device: iWARP has no atomics in perftest's protocol")
 	case *pt && *all:
 		return bad("-a is not supported with -R (run one size at a time)")
 	case *all && fs.Changed("size"):

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -20,12 +21,12 @@ import (
 )
 
 func main() {
-	server := flag.String("s", "127.0.0.1", "server address")
+	server := flag.String("s", "127.0.0.1", "server address (roce://ADDR: over RoCEv2)")
 	port := flag.String("p", "7471", "port")
 	timeout := flag.Duration("t", 30*time.Second, "timeout (goverbs addition)")
 	flag.Parse()
 	fmt.Println("rdma_client: start")
-	err := run(net.JoinHostPort(*server, *port), *timeout)
+	err := run(withPort(*server, *port), *timeout)
 	ret := 0
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rdma_client:", err)
@@ -87,4 +88,14 @@ func run(addr string, timeout time.Duration) error {
 		return fmt.Errorf("rdma_get_recv_comp: %v %v", wc.Status, err)
 	}
 	return id.Disconnect()
+}
+
+// withPort adds the port to an address, after its scheme if it has one
+// (roce://10.0.0.1 and 7471 make roce://10.0.0.1:7471).
+func withPort(addr, port string) string {
+	scheme, host, ok := strings.Cut(addr, "://")
+	if !ok {
+		return net.JoinHostPort(addr, port)
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

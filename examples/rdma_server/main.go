@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -20,11 +21,11 @@ import (
 
 func main() {
 	port := flag.String("p", "7471", "port")
-	bind := flag.String("a", "", "address to bind (goverbs addition; default all)")
+	bind := flag.String("a", "", "address to bind (goverbs addition; default all; roce://ADDR: over RoCEv2)")
 	timeout := flag.Duration("t", 0, "give up after this long (goverbs addition; 0 waits forever)")
 	flag.Parse()
 	fmt.Println("rdma_server: start")
-	err := run(net.JoinHostPort(*bind, *port), *timeout)
+	err := run(withPort(*bind, *port), *timeout)
 	ret := 0
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rdma_server:", err)
@@ -95,4 +96,14 @@ func run(addr string, timeout time.Duration) error {
 		return fmt.Errorf("rdma_get_send_comp: %v %v", wc.Status, err)
 	}
 	return id.Disconnect()
+}
+
+// withPort adds the port to an address, after its scheme if it has one
+// (roce://10.0.0.1 and 7471 make roce://10.0.0.1:7471).
+func withPort(addr, port string) string {
+	scheme, host, ok := strings.Cut(addr, "://")
+	if !ok {
+		return net.JoinHostPort(addr, port)
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

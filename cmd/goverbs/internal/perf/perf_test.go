@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/rdmacm"
 )
 
@@ -312,5 +314,33 @@ func TestPTDest(t *testing.T) {
 	}
 	if e, err := decodePTDest(b); err != nil || e != d {
 		t.Fatalf("%+v %v", e, err)
+	}
+}
+
+// perftest's protocol over RoCE: atomic_lat (fetch-and-add, which RoCE
+// has) and send_bw without iWARP's receiver credits (a sender that finds
+// no receive is told to wait by an RNR NAK).
+func TestPerftestLoopbackRoCE(t *testing.T) {
+	leakcheck.Check(t)
+	p := os.Getpid()
+	addr := netip.AddrFrom4([4]byte{127, byte(16 + p%200), byte(p / 200 % 250), 9})
+	if _, err := roce.AddDevice(addr); err != nil {
+		t.Fatal(err)
+	}
+	for i, test := range []string{"atomic_lat", "send_bw", "read_lat"} {
+		if racesByDesign(test, true) {
+			continue
+		}
+		t.Run(test, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := LoopbackPerftest(ctx, fmt.Sprintf("roce://%v:%d", addr, 18600+i), Config{Test: test, Size: 4096, Iters: 300, TxDepth: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Iters != 300 || r.Device == "" {
+				t.Fatalf("%+v", r)
+			}
+		})
 	}
 }

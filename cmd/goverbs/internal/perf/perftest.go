@@ -267,7 +267,7 @@ func ptRxDepth(c *Config) int {
 
 func ptConnParam(c *Config) *rdmacm.ConnParam {
 	p := &rdmacm.ConnParam{}
-	if c.Test == "read_bw" || c.Test == "read_lat" {
+	if c.Test == "read_bw" || c.Test == "read_lat" || c.Test == "atomic_lat" {
 		p.ResponderResources, p.InitiatorDepth = ptOutReads, ptOutReads
 	}
 	return p
@@ -278,13 +278,17 @@ func (p *ptSession) setup(q *ptQP) error {
 	q.b = (max(p.c.Size, p.cycle) + 63) &^ 63
 	q.buf = make([]byte, 2*q.b+64)
 	var err error
-	q.mr, err = q.id.PD.RegMR(q.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	if p.c.Test == "atomic_lat" {
+		access |= verbs.AccessRemoteAtomic
+	}
+	q.mr, err = q.id.PD.RegMR(q.buf, access)
 	if err != nil {
 		return err
 	}
 	q.mine = ptDest{QPN: q.id.QP.Num(), PSN: uint32(time.Now().UnixNano()) & 0xffffff, RKey: q.mr.RKey(),
 		VAddr: q.mr.RemoteAddr(q.b)}
-	if p.c.Test == "read_bw" || p.c.Test == "read_lat" {
+	if p.c.Test == "read_bw" || p.c.Test == "read_lat" || p.c.Test == "atomic_lat" {
 		q.mine.OutReads = ptOutReads
 	} else {
 		q.mine.OutReads = 1
@@ -514,9 +518,6 @@ func (c *Config) checkPerftest() error {
 	if err := c.Check(); err != nil {
 		return err
 	}
-	if c.Test == "atomic_lat" {
-		return errors.New("perf: atomic_lat cannot run with -R: perftest's atomics need a device with atomics, and iWARP (siw) has none")
-	}
 	if c.Duration > 0 {
 		return errors.New("perf: -D is not supported with -R")
 	}
@@ -590,7 +591,7 @@ func (p *ptSession) run(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		return res, p.hands(ctx, 1)
-	default: // write_lat, read_lat
+	default: // write_lat, read_lat, atomic_lat
 		r, err := p.comm.xchg(ctx, p.qps[0].mine.encode())
 		if err != nil {
 			return res, err
@@ -665,7 +666,7 @@ func (p *ptSession) postRecvs() error {
 	return nil
 }
 
-// sendBWServer is run_iter_bw_server with receiver credits.
+// sendBWServer is run_iter_bw_server, with receiver credits over iWARP.
 func (p *ptSession) sendBWServer(ctx context.Context) error {
 	c := p.c
 	rx := ptRxDepth(c)
@@ -700,7 +701,7 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 					}
 					posted[i]++
 				}
-				if (got[i]%rx)%creditEvery == 0 {
+				if p.credit && (got[i]%rx)%creditEvery == 0 {
 					for inflight[i] >= c.TxDepth {
 						m, err := q.id.SendCQ.Poll(wc[:1])
 						if err != nil {
@@ -869,12 +870,16 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 	return res, nil
 }
 
-// readLat is run_iter_lat for READ: one read at a time, each timed.
+// readLat is run_iter_lat for READ and ATOMIC (fetch-and-add, perftest's
+// default): one at a time, each timed.
 func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 	q := p.qps[0]
 	c := p.c
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, c.Size)},
 		RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}}
+	if c.Test == "atomic_lat" {
+		wr[0].Opcode, wr[0].CompareAdd = verbs.WRAtomicFetchAndAdd, 1
+	}
 	wc := make([]verbs.WC, 4)
 	d := samples[time.Duration](c.Iters)
 	start := time.Now()

@@ -1,0 +1,47 @@
+package roce_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
+	b.Helper()
+	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
+	ca, cb := fixture{}.Open(b)
+	x = conformance.NewSide(b, ca, verbs.QPTRC, o)
+	y = conformance.NewSide(b, cb, verbs.QPTRC, o)
+	attr := verbs.QPAttr{PathMTU: verbs.MTU4096, Timeout: 14, RetryCnt: 7, RnrRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16,
+		MinRnrTimer: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	if err := (fixture{}).Connect(b, x.QP, y.QP, attr); err != nil {
+		b.Fatal(err)
+	}
+	return x, y
+}
+
+// BenchmarkSendRecvPingPong measures 8-byte SEND/RECV round trips over
+// loopback UDP between two goroutines that busy-poll their CQs (polled
+// mode); ns/oneway is half a round trip.
+func BenchmarkSendRecvPingPong(b *testing.B) {
+	x, y := benchPair(b, 4096)
+	conformance.BenchPingPong(b, x, y)
+}
+
+// BenchmarkRDMAWrite measures RDMA WRITE bandwidth from completed bytes,
+// with up to 32 writes in flight.
+func BenchmarkRDMAWrite(b *testing.B) {
+	for _, size := range []int{4096, 65536, 1 << 20} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			x, y := benchPair(b, 2*size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := conformance.WriteStream(x, y, size, b.N, 32); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
