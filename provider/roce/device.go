@@ -39,6 +39,7 @@ type device struct {
 		sync.Mutex
 		buf    [1 << 16]byte
 		sa     sockaddr
+		msg    groMsg
 		pkt    ib.Packet
 		ho     engine.Handoff // the polling application's, during poll
 		pollFn func(fd uintptr)
@@ -48,13 +49,15 @@ type device struct {
 	// once, and its arguments here, so that a send allocates no closure.
 	tx struct {
 		sync.Mutex
-		pkt  []byte
+		pkt  []byte // one packet, or nil: all of b (UDP GSO)
+		b    *batch
 		sa   *sockaddr
 		wait bool
 		err  error
 		fn   func(fd uintptr) bool
 		crc  ib.Scratch
 	}
+	noGSO  atomic.Bool  // the kernel refused a GSO send: batches go one by one
 	polled atomic.Int32 // QPs whose application polls
 	wake   chan struct{}
 
@@ -186,6 +189,9 @@ func (d *device) open() error {
 		} else {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 		}
+		// Datagrams that arrive together in one read (UDP GRO): a batch
+		// sent with GSO on loopback, or a burst a NIC's GRO merged.
+		unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
 		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], 16<<20) != nil {
 				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], 16<<20)
@@ -236,13 +242,15 @@ func (d *device) pump(fd int, ho *engine.Handoff) {
 // pumpLocked is pump with d.rx held.
 func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
 	for {
-		n, from, err := recvNB(fd, d.rx.buf[:], &d.rx.sa)
+		n, seg, from, err := recvGRO(fd, d.rx.buf[:], &d.rx.sa, &d.rx.msg)
 		if err != nil {
 			return
 		}
-		d.stats.Received.Add(1)
 		raceAcquire()
-		d.receive(d.rx.buf[:n], from, ho)
+		for off := 0; off < n; off += seg {
+			d.stats.Received.Add(1)
+			d.receive(d.rx.buf[off:min(off+seg, n)], from, ho)
+		}
 	}
 }
 
@@ -329,15 +337,11 @@ func (d *device) icrc(to netip.Addr, pkt []byte) uint32 {
 	return d.tx.crc.V6(d.addr.As16(), to.As16(), ib.UDPPort, ib.UDPPort, pkt)
 }
 
-// send sends pkt (headers, payload and pad, with room for the ICRC after
-// them: cap(pkt) >= len(pkt)+4) to to:4791 without blocking. A packet the
-// socket refuses is counted and lost (the transport's retries cover it).
-func (d *device) send(pkt []byte, to netip.Addr, sa *sockaddr) { d.sendPkt(pkt, to, sa, false) }
-
-// sendWait is send that waits for room in the socket's buffer.
-func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) { d.sendPkt(pkt, to, sa, true) }
-
-func (d *device) sendPkt(pkt []byte, to netip.Addr, sa *sockaddr, wait bool) {
+// sendWait sends pkt (headers, payload and pad, with room for the ICRC
+// after them: cap(pkt) >= len(pkt)+4) to to:4791, waiting for room in the
+// socket's buffer. The transport's bursts go in batches instead.
+func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
+	wait := true
 	d.mu.Lock()
 	raw := d.raw
 	d.mu.Unlock()
@@ -352,10 +356,12 @@ func (d *device) sendPkt(pkt []byte, to netip.Addr, sa *sockaddr, wait bool) {
 	c := d.icrc(to, pkt)
 	pkt = pkt[:len(pkt)+ib.ICRCLen]
 	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
-	d.tx.pkt, d.tx.sa, d.tx.wait = pkt, sa, wait
+	d.tx.pkt, d.tx.sa, d.tx.wait, d.tx.err = pkt, sa, wait, nil
 	raceRelease()
-	raw.Write(d.tx.fn)
-	err := d.tx.err
+	err := raw.Write(d.tx.fn)
+	if err == nil {
+		err = d.tx.err
+	}
 	d.tx.pkt, d.tx.sa = nil, nil
 	d.tx.Unlock()
 	if err != nil {
@@ -379,8 +385,35 @@ func (d *device) removeQP(q *qp) {
 	d.qmu.Unlock()
 }
 
-// writeFD sends d.tx.pkt (d.tx held), waiting for room if d.tx.wait.
+// write sends pkt, one packet of batch b, or with pkt nil all of b in one
+// GSO send, waiting for room in the socket if b waits.
+func (d *device) write(b *batch, pkt []byte) error {
+	d.mu.Lock()
+	raw := d.raw
+	d.mu.Unlock()
+	if raw == nil {
+		return net.ErrClosed
+	}
+	d.tx.Lock()
+	d.tx.pkt, d.tx.b, d.tx.sa, d.tx.wait, d.tx.err = pkt, b, &b.sa, b.wait, nil
+	raceRelease()
+	err := raw.Write(d.tx.fn)
+	if err == nil {
+		err = d.tx.err
+	}
+	d.tx.pkt, d.tx.b, d.tx.sa = nil, nil, nil
+	d.tx.Unlock()
+	return err
+}
+
+// writeFD sends d.tx.pkt or d.tx.b (d.tx held), waiting for room if
+// d.tx.wait.
 func (d *device) writeFD(fd uintptr) bool {
-	d.tx.err = sendNB(int(fd), d.tx.pkt, d.tx.sa)
+	if d.tx.pkt == nil {
+		b := d.tx.b
+		d.tx.err = sendGSO(int(fd), b.buf, b.seg, &b.sa, &b.msg)
+	} else {
+		d.tx.err = sendNB(int(fd), d.tx.pkt, d.tx.sa)
+	}
 	return !d.tx.wait || d.tx.err != unix.EAGAIN
 }

@@ -15,24 +15,6 @@ type sockaddr struct {
 	n   uint32
 }
 
-// recvNB receives one datagram into b without blocking (RawSyscall: the
-// socket is non-blocking) and returns its length and source; it returns
-// unix.EAGAIN when there is none.
-func recvNB(fd int, b []byte, sa *sockaddr) (int, netip.AddrPort, error) {
-	for {
-		sa.n = uint32(unsafe.Sizeof(sa.raw))
-		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
-			unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa.raw)), uintptr(unsafe.Pointer(&sa.n)))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, netip.AddrPort{}, e
-		}
-		return int(n), sa.addrPort(), nil
-	}
-}
-
 func (sa *sockaddr) addrPort() netip.AddrPort {
 	switch sa.raw.Family {
 	case unix.AF_INET:
@@ -74,5 +56,84 @@ func sendNB(fd int, b []byte, sa *sockaddr) error {
 			return e
 		}
 		return nil
+	}
+}
+
+// gsoMsg is a sendmsg(2) with a UDP_SEGMENT control message, kept by its
+// batch so that sending allocates nothing.
+type gsoMsg struct {
+	hdr unix.Msghdr
+	iov unix.Iovec
+	oob [unix.SizeofCmsghdr + 8]byte // CMSG_SPACE(sizeof(uint16))
+}
+
+// sendGSO sends b as datagrams of seg bytes each (the last may be shorter)
+// with one system call: the kernel cuts them apart (UDP GSO), giving
+// datagram i the IPv4 identification i.
+func sendGSO(fd int, b []byte, seg int, sa *sockaddr, m *gsoMsg) error {
+	m.iov.Base = &b[0]
+	m.iov.SetLen(len(b))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&m.oob[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])) = uint16(seg)
+	m.hdr.Name = (*byte)(unsafe.Pointer(&sa.raw))
+	m.hdr.Namelen = sa.n
+	m.hdr.Iov = &m.iov
+	m.hdr.SetIovlen(1)
+	m.hdr.Control = &m.oob[0]
+	m.hdr.SetControllen(unix.CmsgSpace(2))
+	for {
+		_, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_DONTWAIT)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// groMsg is a recvmsg(2) that learns the segment size of datagrams the
+// kernel delivered together (UDP GRO).
+type groMsg struct {
+	hdr unix.Msghdr
+	iov unix.Iovec
+	oob [64]byte
+}
+
+// recvGRO receives into b without blocking; seg is the size of each of
+// the datagrams b holds (all but the last, which may be shorter), or n
+// when it holds one.
+func recvGRO(fd int, b []byte, sa *sockaddr, m *groMsg) (n, seg int, from netip.AddrPort, err error) {
+	m.iov.Base = &b[0]
+	m.iov.SetLen(len(b))
+	m.hdr.Name = (*byte)(unsafe.Pointer(&sa.raw))
+	m.hdr.Iov = &m.iov
+	m.hdr.SetIovlen(1)
+	m.hdr.Control = &m.oob[0]
+	for {
+		m.hdr.Namelen = uint32(unsafe.Sizeof(sa.raw))
+		m.hdr.SetControllen(len(m.oob))
+		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_DONTWAIT)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, 0, netip.AddrPort{}, e
+		}
+		n, seg = int(r), int(r)
+		// The one control message asked for: UDP_GRO, an int.
+		if cl := int(m.hdr.Controllen); cl >= unix.CmsgLen(4) {
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&m.oob[0]))
+			if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO {
+				if s := int(*(*int32)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)]))); s > 0 && s < n {
+					seg = s
+				}
+			}
+		}
+		sa.n = m.hdr.Namelen
+		return n, seg, sa.addrPort(), nil
 	}
 }

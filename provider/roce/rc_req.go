@@ -68,8 +68,8 @@ type sendState struct {
 	rnrWait  bool // an RNR timer runs: nothing is sent meanwhile
 	rnrTimer *time.Timer
 	goneBack uint32 // the PSN a READ's missing responses were last asked again from (+1; 0: none)
-	buf      []byte
-	sa       sockaddr
+	nakPSN   uint32 // the PSN of the sequence NAK last gone back for (+1; 0: none since progress)
+	bat      *batch // packets on their way to the socket
 	segs     [][]byte
 	done     []doneWR
 	started  bool
@@ -85,7 +85,7 @@ func (s *sendState) init(q *qp) {
 	s.q = q
 	n := max(q.ep.Attr().Cap.MaxSendWR, 1)
 	s.ring = make([]swqe, n)
-	s.buf = make([]byte, 0, 4096+128)
+	s.bat = newBatch(false)
 	s.timer = time.AfterFunc(time.Hour, s.timeout)
 	s.timer.Stop()
 	s.rnrTimer = time.AfterFunc(time.Hour, s.rnrExpired)
@@ -192,6 +192,13 @@ func (s *sendState) window() int { return max(4, windowBytes/s.q.path.mtu) }
 
 // transmit sends what the window allows, in order; q.mu is held.
 func (s *sendState) transmit() {
+	s.fill()
+	s.bat.flush(s.q.d)
+}
+
+// fill builds what the window allows into the batch (which sends it as it
+// fills); q.mu is held.
+func (s *sendState) fill() {
 	if s.rnrWait || !s.started {
 		return
 	}
@@ -227,7 +234,7 @@ func (s *sendState) packet(e *swqe, i int) {
 	wr := &e.w.WR
 	psn := ib.PSNAdd(e.first, i)
 	var b ib.Builder
-	b.H = s.buf[:0]
+	b.H = s.bat.tail()
 	first, last := i == 0, i == e.npkt-1
 	ack := last || (i+1)%ackEvery == 0
 	off, n := i*mtu, 0
@@ -324,14 +331,7 @@ func (s *sendState) packet(e *swqe, i int) {
 		}
 	}
 	clear(pkt[h+n:])
-	s.buf = b.H[:0]
-	if cap(s.buf) < h+n+pad+ib.ICRCLen {
-		// Only when the MTU grew: the buffer is reused from then on.
-		nb := make([]byte, h+n+pad, h+n+pad+ib.ICRCLen+64)
-		copy(nb, pkt)
-		pkt, s.buf = nb, nb[:0]
-	}
-	q.d.send(pkt, q.path.dst, &s.sa)
+	s.bat.add(q.d, q.path.dst, len(pkt))
 	s.armTimer()
 }
 
@@ -455,6 +455,7 @@ func (s *sendState) ackUpTo(psn uint32) bool {
 			if ib.PSNDiff(psn, e.first) >= 0 && e.kind != kRead && e.kind != kAtomic {
 				s.una = ib.PSNAdd(psn, 1) // part of a long message
 				progress = true
+				s.progressed()
 			}
 			break
 		}
@@ -489,9 +490,17 @@ func (s *sendState) complete(st verbs.WCStatus) {
 	if ib.PSNDiff(s.nxt, s.una) < 0 {
 		s.nxt = s.una
 	}
-	s.retries = int(s.q.path.retryCnt)
 	s.rnrLeft = int(s.q.path.rnrRetry)
 	s.goneBack = 0
+	s.progressed()
+}
+
+// progressed notes that the oldest unacknowledged PSN moved forward: the
+// path works, so retry_cnt counts afresh from here, and a sequence NAK
+// may name any PSN again.
+func (s *sendState) progressed() {
+	s.retries = int(s.q.path.retryCnt)
+	s.nakPSN = 0
 }
 
 // fail completes the oldest work request with st; the engine then fails
@@ -559,6 +568,10 @@ func (s *sendState) ack(p *ib.Packet) {
 		}
 		switch syn & 0x1F {
 		case ib.NAKPSNSeq:
+			if s.nakPSN == p.PSN+1 {
+				return // the same NAK again (a duplicate on the wire): gone back already
+			}
+			s.nakPSN = p.PSN + 1
 			if s.retries--; s.retries < 0 {
 				s.fail(s.at(0), verbs.WCRetryExcErr)
 				return
@@ -606,8 +619,11 @@ func (s *sendState) readResponse(p *ib.Packet) {
 	first, last := p.Mask&ib.IsFirst != 0, p.Mask&ib.IsLast != 0
 	n := len(p.Payload)
 	lastPkt := e.got == e.psns-1
+	// A READ asked again from a missing response is answered as a new
+	// READ: its first response is a FIRST (or ONLY), where the original's
+	// delayed one was a MIDDLE (or LAST); either may come first.
 	switch {
-	case first != (e.got == 0), last != lastPkt,
+	case e.got == 0 && !first, last != lastPkt,
 		!last && n != mtu,
 		last && e.got*mtu+n != int(e.rlen):
 		s.fail(e, verbs.WCBadRespErr) // a response that does not fit the request
@@ -616,7 +632,7 @@ func (s *sendState) readResponse(p *ib.Packet) {
 	engine.CopyInto(e.sink, int(e.roff)+e.got*mtu, p.Payload)
 	e.got++
 	s.una = ib.PSNAdd(p.PSN, 1)
-	s.retries = int(s.q.path.retryCnt)
+	s.progressed()
 	if !last {
 		s.restartTimer()
 		return

@@ -35,8 +35,7 @@ type respState struct {
 	res     []resEntry
 	resNext int
 
-	buf []byte
-	sa  sockaddr
+	bat *batch // packets on their way to the socket
 }
 
 type resEntry struct {
@@ -51,7 +50,7 @@ type resEntry struct {
 
 func (r *respState) init(q *qp) {
 	r.q = q
-	r.buf = make([]byte, 0, 4096+128)
+	r.bat = newBatch(true)
 }
 
 // reset prepares the responder for a connection (the move to RTR).
@@ -304,13 +303,14 @@ func (r *respState) readResponses(psn uint32, src []byte) {
 		}
 		chunk := src[min(i*mtu, len(src)):min((i+1)*mtu, len(src))]
 		var b ib.Builder
-		b.H = r.buf[:0]
+		b.H = r.bat.tail()
 		b.BTH(op, false, ib.Pad(len(chunk)), r.q.path.pkey, r.q.path.destQPN, false, ib.PSNAdd(psn, i))
 		if op.Info().Mask&ib.HasAETH != 0 {
 			b.AETH(ib.SyndromeACK|ib.CreditsNone, r.msn)
 		}
-		r.out(b.H, chunk)
+		r.put(b.H, chunk)
 	}
+	r.bat.flush(r.q.d)
 }
 
 // remember keeps a READ or atomic for its duplicates.
@@ -349,7 +349,7 @@ func (r *respState) atomic(p *ib.Packet) {
 
 func (r *respState) atomicAck(psn uint32, orig uint64) {
 	var b ib.Builder
-	b.H = r.buf[:0]
+	b.H = r.bat.tail()
 	b.BTH(ib.AtomicAcknowledge, false, 0, r.q.path.pkey, r.q.path.destQPN, false, psn)
 	b.AETH(ib.SyndromeACK|ib.CreditsNone, r.msn)
 	b.AtomicAck(orig)
@@ -425,26 +425,26 @@ func (r *respState) duplicate(p *ib.Packet) {
 // reply sends an ACK or NAK.
 func (r *respState) reply(op ib.Opcode, syndrome uint8, psn uint32) {
 	var b ib.Builder
-	b.H = r.buf[:0]
+	b.H = r.bat.tail()
 	b.BTH(op, false, 0, r.q.path.pkey, r.q.path.destQPN, false, psn)
 	b.AETH(syndrome, r.msn)
 	r.out(b.H, nil)
 }
 
-// out sends headers h and payload data (padded) to the peer; it waits for
-// room in the socket rather than drop (the responder runs on the receive
-// side, which may wait).
+// out sends headers h (built at the batch's tail) and payload data
+// (padded) to the peer.
 func (r *respState) out(h, data []byte) {
-	pad := ib.Pad(len(data))
-	n := len(h) + len(data) + pad
-	if cap(r.buf) < n+ib.ICRCLen {
-		nb := make([]byte, len(h), n+ib.ICRCLen+64)
-		copy(nb, h)
-		h = nb
-	}
+	r.put(h, data)
+	r.bat.flush(r.q.d)
+}
+
+// put adds a packet to the batch: headers h built at its tail, payload
+// data after them, padded. The batch waits for room in the socket rather
+// than drop (the responder runs on the receive side, which may wait).
+func (r *respState) put(h, data []byte) {
+	n := len(h) + len(data) + ib.Pad(len(data))
 	pkt := h[:n]
 	copy(pkt[len(h):], data)
 	clear(pkt[len(h)+len(data):])
-	r.buf = pkt[:0]
-	r.q.d.sendWait(pkt, r.peer, &r.sa)
+	r.bat.add(r.q.d, r.peer, n)
 }

@@ -17,8 +17,12 @@
 // are all local). Every QP of the device shares the socket, which is
 // demultiplexed by destination QP number.
 //
-// Packets go out with the IPv4 identification 0 and DF set (an unconnected
-// socket with IP_PMTUDISC_DO), which their ICRC covers. Received packets
+// Packets go out with DF set and a predictable IPv4 identification (an
+// unconnected socket with IP_PMTUDISC_DO sends 0), which their ICRC
+// covers. A burst (a message's packets, a READ's responses) leaves in
+// batches of one system call each: UDP GSO, the kernel cutting the batch
+// into datagrams whose identifications count from 0, and a receiving
+// socket asks for UDP GRO, so that a burst arrives in few reads. Received packets
 // are checked: the ICRC over every field a UDP socket shows (the IPv4
 // identification and DF flag are not shown; package ib explains how the
 // check does without them, and the kernel has checked the IP header's

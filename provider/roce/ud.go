@@ -42,7 +42,7 @@ func (q *qp) sendUD(w *engine.WQE) engine.Result {
 	}
 	n := int(w.Len)
 	var b ib.Builder
-	b.H = q.s.buf[:0]
+	b.H = q.s.bat.tail()
 	b.BTH(op, wr.Flags&verbs.SendSolicited != 0, ib.Pad(n), ib.DefaultPKey, wr.RemoteQPN, false, q.s.npsn)
 	q.s.npsn = ib.PSNAdd(q.s.npsn, 1)
 	b.DETH(qkey, q.num)
@@ -50,17 +50,11 @@ func (q *qp) sendUD(w *engine.WQE) engine.Result {
 		b.Imm(wr.ImmData)
 	}
 	h := len(b.H)
-	total := h + n + ib.Pad(n)
-	if cap(b.H) < total+ib.ICRCLen {
-		nb := make([]byte, h, total+ib.ICRCLen+64)
-		copy(nb, b.H)
-		b.H = nb
-	}
-	pkt := b.H[:total]
+	pkt := b.H[:h+n+ib.Pad(n)]
 	engine.CopyFrom(pkt[h:h+n], segs, 0)
 	clear(pkt[h+n:])
-	q.s.buf = pkt[:0]
-	q.d.send(pkt, dst, &q.s.sa)
+	q.s.bat.add(q.d, dst, len(pkt))
+	q.s.bat.flush(q.d) // a post is one datagram (a list of them could share a batch)
 	return engine.ResultOK
 }
 
