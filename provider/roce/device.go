@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -155,6 +156,7 @@ func newDevice(name string, addr netip.Addr) *device {
 		NewTransport: func(e engine.Endpoint) engine.Transport { return d.newQP(e) },
 	})
 	d.cm = newCMAgent(d)
+	d.noGSO.Store(os.Getenv("GOVERBS_ROCE_GSO") == "0")
 	return d
 }
 

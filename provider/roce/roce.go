@@ -22,7 +22,9 @@
 // covers. A burst (a message's packets, a READ's responses) leaves in
 // batches of one system call each: UDP GSO, the kernel cutting the batch
 // into datagrams whose identifications count from 0, and a receiving
-// socket asks for UDP GRO, so that a burst arrives in few reads. Received packets
+// socket asks for UDP GRO, so that a burst arrives in few reads. (A
+// capture on loopback sees a batch as one frame, as the kernel passes it:
+// GOVERBS_ROCE_GSO=0 in the environment sends datagram by datagram.) Received packets
 // are checked: the ICRC over every field a UDP socket shows (the IPv4
 // identification and DF flag are not shown; package ib explains how the
 // check does without them, and the kernel has checked the IP header's
