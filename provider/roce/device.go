@@ -59,6 +59,7 @@ type device struct {
 		crc  ib.Scratch
 	}
 	noGSO  atomic.Bool  // the kernel refused a GSO send: batches go one by one
+	acks   ackQueue     // deferred ACKs
 	polled atomic.Int32 // QPs whose application polls
 	wake   chan struct{}
 
@@ -156,6 +157,7 @@ func newDevice(name string, addr netip.Addr) *device {
 		NewTransport: func(e engine.Endpoint) engine.Transport { return d.newQP(e) },
 	})
 	d.cm = newCMAgent(d)
+	d.acks.bat = newBatch(true)
 	d.noGSO.Store(os.Getenv("GOVERBS_ROCE_GSO") == "0")
 	return d
 }
@@ -229,6 +231,7 @@ func (d *device) rxLoop(raw syscall.RawConn, done chan struct{}) {
 			}
 		}
 		d.pump(int(fd), nil)
+		d.flushACKs()
 		return false // wait for the next packet
 	})
 }
@@ -264,7 +267,11 @@ func (d *device) poll(ho engine.Handoff) int {
 	d.mu.Lock()
 	raw := d.raw
 	d.mu.Unlock()
-	if raw == nil || !d.rx.TryLock() {
+	if raw == nil {
+		return 0
+	}
+	d.flushACKs() // those of the previous poll's requests, after its completions
+	if !d.rx.TryLock() {
 		return 0
 	}
 	// Control, not Read: Read holds the descriptor's read lock, which the

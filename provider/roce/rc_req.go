@@ -194,6 +194,7 @@ func (s *sendState) window() int { return max(4, windowBytes/s.q.path.mtu) }
 func (s *sendState) transmit() {
 	s.fill()
 	s.bat.flush(s.q.d)
+	s.q.d.flushACKs() // the ACKs the application's polls deferred, after its post
 }
 
 // fill builds what the window allows into the batch (which sends it as it

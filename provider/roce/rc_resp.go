@@ -35,7 +35,8 @@ type respState struct {
 	res     []resEntry
 	resNext int
 
-	bat *batch // packets on their way to the socket
+	bat   *batch // packets on their way to the socket
+	ackAt int    // the place+1 of this QP's deferred ACK in the device's queue (acks' lock)
 }
 
 type resEntry struct {
@@ -103,7 +104,7 @@ func (r *respState) request(p *ib.Packet, ho *engine.Handoff) {
 	r.epsn = ib.PSNAdd(r.epsn, 1)
 	r.nakSent = false
 	if p.AckReq {
-		r.reply(ib.Acknowledge, ib.SyndromeACK|ib.CreditsNone, p.PSN)
+		r.deferACK(p.PSN)
 	}
 }
 
