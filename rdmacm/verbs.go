@@ -3,7 +3,6 @@ package rdmacm
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -37,14 +36,7 @@ func sgeOf(buf []byte, mr *verbs.MR) (verbs.SGE, error) {
 	if mr == nil {
 		return verbs.SGE{}, fmt.Errorf("%w: buffer is not registered (nil memory region)", verbs.ErrInvalid)
 	}
-	if len(buf) == 0 {
-		return verbs.SGE{Addr: mr.Addr(), LKey: mr.LKey()}, nil
-	}
-	a := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-	if a < mr.Addr() || a+uint64(len(buf)) > mr.Addr()+uint64(mr.Len()) {
-		return verbs.SGE{}, fmt.Errorf("%w: buffer is not inside the memory region", verbs.ErrInvalid)
-	}
-	return verbs.SGE{Addr: a, Length: uint32(len(buf)), LKey: mr.LKey()}, nil
+	return mr.SGEOf(buf)
 }
 
 func (id *ID) qp() (*verbs.QP, error) {
