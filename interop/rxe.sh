@@ -12,14 +12,13 @@
 # an ordinary UDP socket on port 4791: no RDMA device, module or root
 # needed for it), the rdma-core programs in the guest (10.78.0.2, device
 # rxe0). Cases: rping with -V at each of $SIZES, rdma_client/rdma_server,
+# udaddy (rdma_cm's UDP port space: SIDR, then UD datagrams both ways),
 # and perftest with -R (send/write/read bandwidth and latency, and
 # atomic_lat) at each of $PT_SIZES; each in both roles. One line per case,
 # then a summary; the exit status is non-zero if any case failed. The guest
 # runs under emulation: timeouts are generous.
 #
-# Not covered: udaddy (rdma_cm's UD port space needs SIDR, which goverbs
-# does not implement yet) and librpma's examples (rpma has no roce:// path
-# yet).
+# Not covered: librpma's examples (package rpma has no roce:// path yet).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
@@ -36,6 +35,7 @@ mkdir -p "$BIN"
 go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
 go build -o "$BIN/rdma_server" ./examples/rdma_server || exit 1
 go build -o "$BIN/rdma_client" ./examples/rdma_client || exit 1
+go build -o "$BIN/udaddy" ./examples/udaddy || exit 1
 
 start=$(date +%s)
 TIMEOUT=20 "$LAB" exec true >/dev/null 2>&1 || { "$LAB" build >/dev/null 2>&1 && "$LAB" start >/dev/null 2>&1; } || exit 1
@@ -55,7 +55,7 @@ result() { # name rc
 # guest_bg CMD PORT: run a server in the guest and wait until its rdma_cm
 # ID listens on rxe0.
 guest_bg() {
-	"$LAB" exec "pkill -x rping; pkill -x rdma_server; pkill -f '^ib_'; sleep 0.3; rm -f /tmp/peer.log; (timeout 120 $1 > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null
+	"$LAB" exec "pkill -x rping; pkill -x rdma_server; pkill -x udaddy; pkill -f '^ib_'; sleep 0.3; rm -f /tmp/peer.log; (timeout 120 $1 > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null
 	"$LAB" exec "for i in \$(seq 100); do rdma res show cm_id | grep 'rxe0' | grep 'LISTEN' | grep -q ':$2 ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
 }
 # guest_rc: wait for the guest server to exit and check its status.
@@ -91,6 +91,18 @@ sleep 0.5 # the example prints before it listens
 "$LAB" exec "timeout 120 rdma_client -s $HOST" >/tmp/rxe-host.log 2>&1
 rc=$?; host_rc || rc=1
 result "rdma_client (rxe)  ->  goverbs rdma_server roce://" $rc
+
+for S in 100 1024; do
+	guest_bg "udaddy -b $GUEST -C 10 -S $S" 7174
+	"$LAB" host "$BIN/udaddy -s $GUEST -b $HOST -C 10 -S $S -t 30s" >/tmp/rxe-host.log 2>&1
+	rc=$?; guest_rc || rc=1
+	result "goverbs udaddy -s  ->  udaddy (rxe)   -C 10 -S $S" $rc
+	host_bg "$BIN/udaddy -b $HOST -C 10 -S $S -t 60s" "starting server"
+	sleep 0.5 # the example prints before it listens
+	"$LAB" exec "timeout 120 udaddy -s $HOST -b $GUEST -C 10 -S $S" >/tmp/rxe-host.log 2>&1
+	rc=$?; host_rc || rc=1
+	result "udaddy -s (rxe)  ->  goverbs udaddy   -C 10 -S $S" $rc
+done
 
 PORT=18515
 iters() { case $1 in *_lat) echo 1000 ;; *) echo 2000 ;; esac; }

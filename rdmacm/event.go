@@ -60,6 +60,9 @@ type Event struct {
 	// connect request, and the negotiated local ones on established.
 	ResponderResources int
 	InitiatorDepth     int
+	// UD is, on EventEstablished of an identifier of the UDP port space
+	// (the active side), the peer's UD QP: its path, number and Q_Key.
+	UD *UDParam
 }
 
 func (e Event) String() string {

@@ -11,6 +11,10 @@
 // chooses, or of the one given to CreateIDFrom or DialFrom; a listener is
 // on its own address's device.
 //
+// Identifiers are in rdma_cm's TCP port space (reliable connections)
+// unless NewID puts them in the UDP one (UD QPs that resolve their peer's
+// QP; over roce://).
+//
 // Private data arrives as the transport carries it: exactly over iWARP and
 // shared memory; over RoCE, padded with zeros to the size of the IB CM
 // message's field (56 bytes in a connection request after rdma_cm's
@@ -200,7 +204,9 @@ type ID struct {
 	// UserData is free for the application (the id's context pointer).
 	UserData any
 
-	pcfg any // SetProviderConfig's
+	pcfg any       // SetProviderConfig's
+	ps   PortSpace // NewID's
+	ud   *UDParam  // a UD identifier's resolved peer
 }
 
 // SetProviderConfig gives the identifier's provider a configuration of its
@@ -374,6 +380,12 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	}
 	if attr.QPType == 0 {
 		attr.QPType = verbs.QPTRC
+		if id.ps == PortSpaceUDP {
+			attr.QPType = verbs.QPTUD
+		}
+	}
+	if (id.ps == PortSpaceUDP) != (attr.QPType == verbs.QPTUD) {
+		return fmt.Errorf("%w: the UDP port space has UD QPs, the TCP one RC QPs", verbs.ErrInvalid)
 	}
 	if attr.SendCQ == nil && attr.RecvCQ == nil {
 		if err := id.createCQs(attr.Cap); err != nil {
@@ -390,6 +402,15 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	if err != nil {
 		id.destroyCQs()
 		return err
+	}
+	if id.ps == PortSpaceUDP {
+		if err := readyUD(qp); err != nil {
+			qp.Destroy()
+			id.destroyCQs()
+			return err
+		}
+		id.PD, id.QP = pd, qp
+		return nil
 	}
 	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
 		QPAccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
@@ -467,6 +488,9 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	}
 	qp := id.QP
 	id.mu.Unlock()
+	if id.ps == PortSpaceUDP {
+		return id.resolveUD(ctx, qp, p)
+	}
 	cp, err := params(p, id.tr.MaxPrivateData())
 	if err != nil {
 		return err
@@ -641,7 +665,17 @@ func (id *ID) Listen() error {
 			}
 		}
 	}
-	ln, err := id.tr.Listen(id.addr, id.pcfg)
+	var ln cm.Listener
+	var err error
+	if id.ps == PortSpaceUDP {
+		ud, ok := id.tr.(cm.UDResolver)
+		if !ok {
+			return fmt.Errorf("%w: the UDP port space over %s", verbs.ErrNotSupported, id.tr.Name())
+		}
+		ln, err = ud.ListenUD(id.addr, id.pcfg)
+	} else {
+		ln, err = id.tr.Listen(id.addr, id.pcfg)
+	}
 	if err != nil {
 		return err
 	}
@@ -668,7 +702,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		}
 		return nil, err
 	}
-	nid := &ID{tr: id.tr, Context: id.Context, PD: id.PD, events: make(chan Event, 64), done: make(chan struct{}),
+	nid := &ID{tr: id.tr, ps: id.ps, Context: id.Context, PD: id.PD, events: make(chan Event, 64), done: make(chan struct{}),
 		state: stateRequest, req: r, peerPD: r.PrivateData(), peerIRD: r.IRD(), peerORD: r.ORD(), listenID: id}
 	if id.qpAttr != nil {
 		if err := nid.CreateQP(nil, *id.qpAttr); err != nil {
@@ -694,7 +728,11 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 	}
 	req, qp := id.req, id.QP
 	id.mu.Unlock()
-	cp, err := params(p, id.tr.MaxPrivateData())
+	maxPD := id.tr.MaxPrivateData()
+	if id.ps == PortSpaceUDP {
+		maxPD = maxUDPrivateData // the provider checks its own limit
+	}
+	cp, err := params(p, maxPD)
 	if err != nil {
 		return err
 	}

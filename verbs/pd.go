@@ -110,6 +110,46 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	return ah, nil
 }
 
+// InitAHFromWC returns the address vector back to the sender of a UD
+// receive (ibv_init_ah_from_wc): grh is the 40 bytes the receive placed
+// before the message. Over RoCEv2 with IPv4 they hold the IP header in
+// their last 20 bytes (as Linux rxe places it), and the sender's GID is
+// its address as ::ffff:a.b.c.d; otherwise they are a GRH, with the
+// sender's GID at bytes 8 to 24. Without a GRH (wc.Flags lacks
+// WCFlagGRH) the vector is the sender's LID alone.
+func InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
+	a := AHAttr{PortNum: port, DLID: wc.SLID, SL: wc.SL}
+	if wc.Flags&WCFlagGRH == 0 {
+		return a, nil
+	}
+	if len(grh) < 40 {
+		return AHAttr{}, fmt.Errorf("%w: a GRH is 40 bytes, got %d", ErrInvalid, len(grh))
+	}
+	a.IsGlobal = true
+	if grh[20]>>4 == 4 { // an IPv4 header: RoCEv2 over IPv4
+		a.GRH.DGID = GID{10: 0xFF, 11: 0xFF}
+		copy(a.GRH.DGID[12:], grh[20+12:20+16])
+		a.GRH.TrafficClass = grh[20+1]
+		a.GRH.HopLimit = 64 // the sender's TTL is spent on the way: start afresh
+		return a, nil
+	}
+	copy(a.GRH.DGID[:], grh[8:24])
+	a.GRH.TrafficClass = grh[0]<<4 | grh[1]>>4
+	a.GRH.FlowLabel = uint32(grh[1]&0x0F)<<16 | uint32(grh[2])<<8 | uint32(grh[3])
+	a.GRH.HopLimit = 64
+	return a, nil
+}
+
+// CreateAHFromWC creates an address handle back to the sender of a UD
+// receive (ibv_create_ah_from_wc); see InitAHFromWC.
+func (pd *PD) CreateAHFromWC(wc *WC, grh []byte, port uint8) (*AH, error) {
+	a, err := InitAHFromWC(port, wc, grh)
+	if err != nil {
+		return nil, err
+	}
+	return pd.CreateAH(a)
+}
+
 // AH is an address handle (struct ibv_ah): where a UD send goes.
 type AH struct {
 	pd   *PD

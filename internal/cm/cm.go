@@ -61,6 +61,32 @@ type Router interface {
 	DeviceFor(addr string, listen bool) (string, error)
 }
 
+// UDResolver is a Transport that also serves rdma_cm's UDP port space:
+// a UD QP learns the number and Q_Key of the UD QP that serves an address
+// (IB's service ID resolution, SIDR), with private data both ways.
+type UDResolver interface {
+	// ListenUD answers resolution requests for addr: each is a Request
+	// whose Accept gives the requester the number and Q_Key of its (UD)
+	// QP, and whose Conn, which nothing ends, has the requester's address.
+	ListenUD(addr string, cfg any) (Listener, error)
+	// ResolveUD asks the service at addr for its UD QP, on behalf of qp
+	// (whose device the request leaves from). A refusal returns a
+	// *RejectedError; no answer in time an error wrapping ErrUnreachable.
+	ResolveUD(ctx context.Context, addr string, qp *verbs.QP, p Params) (UDPeer, error)
+}
+
+// UDPeer is a resolved UD destination.
+type UDPeer struct {
+	AH          verbs.AHAttr // the path to the peer (an address handle's attributes)
+	QPN         uint32
+	QKey        uint32
+	PrivateData []byte
+	Remote      net.Addr
+}
+
+// UDPQKey is the Q_Key of rdma_cm's UDP port space (RDMA_UDP_QKEY).
+const UDPQKey = 0x01234567
+
 // Listener yields connection requests.
 type Listener interface {
 	// Next waits for the next valid connection request.

@@ -44,6 +44,7 @@ type cmAgent struct {
 	mu    sync.Mutex
 	conns map[uint32]*cmConn
 	lns   map[uint16]*Listener
+	ud    udState
 	psn   uint32 // of the MADs we send (UD: nobody checks them)
 
 	txMu  sync.Mutex
@@ -81,8 +82,12 @@ func (a *cmAgent) receive(p *ib.Packet, from netip.AddrPort) {
 	case ib.AttrREQ:
 		a.onREQ(m, peer)
 		return
-	case ib.AttrSIDRReq, ib.AttrSIDRRep:
-		return // UD port space: not served
+	case ib.AttrSIDRReq:
+		a.onSIDRReq(m, peer)
+		return
+	case ib.AttrSIDRRep:
+		a.onSIDRRep(m, peer)
+		return
 	}
 	_, remote := ib.CommIDs(m) // their local ID, our remote: the message names our connection second
 	a.mu.Lock()
@@ -554,18 +559,9 @@ func Listen(addr string) (*Listener, error) {
 	if err != nil || pn == 0 {
 		return nil, fmt.Errorf("%w: port %q (rdma_cm needs one)", verbs.ErrInvalid, port)
 	}
-	var d *device
-	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
-		d = addDevice(ip.Unmap())
-	} else {
-		devs.Lock()
-		if len(devs.list) > 0 {
-			d = devs.list[0]
-		}
-		devs.Unlock()
-		if d == nil {
-			return nil, fmt.Errorf("%w: no RoCE device", verbs.ErrNoDevice)
-		}
+	d, err := listenDevice(host)
+	if err != nil {
+		return nil, err
 	}
 	if err := d.open(); err != nil {
 		return nil, err
@@ -584,6 +580,20 @@ func Listen(addr string) (*Listener, error) {
 }
 
 var errAddrInUse = errors.New("address already in use")
+
+// listenDevice is the device a listener at host uses: the address's, or
+// for an empty or unspecified host the first device.
+func listenDevice(host string) (*device, error) {
+	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+		return addDevice(ip.Unmap()), nil
+	}
+	devs.Lock()
+	defer devs.Unlock()
+	if len(devs.list) == 0 {
+		return nil, fmt.Errorf("%w: no RoCE device", verbs.ErrNoDevice)
+	}
+	return devs.list[0], nil
+}
 
 // Addr returns the listening address.
 func (l *Listener) Addr() net.Addr {

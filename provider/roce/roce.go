@@ -49,7 +49,10 @@
 //
 // QPs are connected by rdmacm (IB CM MADs over QP1, with rdma_cm's
 // service IDs and header) or, between goverbs peers that exchange QP
-// numbers themselves, by Modify as on any verbs device.
+// numbers themselves, by Modify as on any verbs device. In rdma_cm's UDP
+// port space (rdmacm.PortSpaceUDP) a UD QP learns the number and Q_Key of
+// the UD QP that serves an address by IB's service ID resolution (SIDR
+// REQ/REP), as librdmacm's udaddy does.
 package roce
 
 import (

@@ -82,3 +82,53 @@ func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 	}
 	return c, nil
 }
+
+// ListenUD implements cm.UDResolver.
+func (transport) ListenUD(addr string, cfg any) (cm.Listener, error) {
+	l, err := ListenUD(addr)
+	if err != nil {
+		return nil, err
+	}
+	return udListenerCM{l}, nil
+}
+
+// ResolveUD implements cm.UDResolver.
+func (transport) ResolveUD(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.UDPeer, error) {
+	return ResolveUD(ctx, addr, qp, p.PrivateData)
+}
+
+type udListenerCM struct{ *UDListener }
+
+func (l udListenerCM) Next(ctx context.Context) (cm.Request, error) {
+	r, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return udRequestCM{r}, nil
+}
+
+// udRequestCM is a SIDR request as rdmacm sees a connection request: it
+// has no resources to negotiate, and its "connection" never ends.
+type udRequestCM struct{ *UDRequest }
+
+func (udRequestCM) IRD() int { return 0 }
+func (udRequestCM) ORD() int { return 0 }
+
+func (r udRequestCM) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
+	if err := r.UDRequest.Accept(qp, p.PrivateData); err != nil {
+		return nil, err
+	}
+	return udConn{r.UDRequest}, nil
+}
+
+// udConn is the passive side of a UD resolution: nothing to end.
+type udConn struct{ r *UDRequest }
+
+func (c udConn) PrivateData() []byte  { return c.r.PrivateData() }
+func (udConn) IRD() int               { return 0 }
+func (udConn) ORD() int               { return 0 }
+func (c udConn) LocalAddr() net.Addr  { return c.r.LocalAddr() }
+func (c udConn) RemoteAddr() net.Addr { return c.r.RemoteAddr() }
+func (udConn) Done() <-chan struct{}  { return nil }
+func (udConn) Err() error             { return nil }
+func (udConn) Disconnect() error      { return nil }
