@@ -53,6 +53,15 @@ var (
 // RejectedError carries the private data of a rejection.
 type RejectedError = cm.RejectedError
 
+// AcceptError is GetRequest's report that the listener failed to accept a
+// connection (out of descriptors: errors.Is(err, syscall.EMFILE); out of
+// memory or buffers; a connection aborted before it was accepted). The
+// listener goes on listening, and GetRequest may be called again; out of
+// descriptors, the waiting connection was refused at once (Shed), so its
+// dialer fails now rather than at its timeout. Like a net.Error, it says
+// Temporary.
+type AcceptError = cm.AcceptError
+
 // ConnParam are the connection parameters (struct rdma_conn_param).
 type ConnParam struct {
 	PrivateData []byte
@@ -687,7 +696,8 @@ func (id *ID) Listen() error {
 // identifier (rdma_get_request) and returns a new identifier for it, with
 // the requester's private data and resources. When the listener was made by
 // CreateEP with QP attributes, the new identifier already has its QP.
-// Answer it with Accept or Reject.
+// Answer it with Accept or Reject. A failure to accept a connection is
+// reported as an *AcceptError; the listener keeps listening.
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	id.mu.Lock()
 	ln, st := id.ln, id.state
