@@ -133,8 +133,13 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 				continue
 			}
 			copyWC(&s.wc, wc)
+			// The arming is taken before the completion is visible, as a
+			// CQ lock makes it in rxe: a poller that sees this completion
+			// and re-arms must get an event for the next one, not have
+			// its ReqNotify consumed by this one.
+			fire := cq.disarm(wc.Status != verbs.WCSuccess || solicited)
 			s.seq.Store(pos + 1)
-			cq.signal(wc.Status != verbs.WCSuccess || solicited)
+			cq.wakeup(fire)
 			return true
 		case seq < pos:
 			// The slot still holds the completion of the previous lap. When
@@ -155,11 +160,18 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 
 // signal delivers the armed completion event and wakes Wait callers. The
 // common case (nobody armed, nobody waiting) costs two atomic loads.
-func (cq *CQ) signal(solicited bool) {
-	if a := cq.armed.Load(); a != armNone && (a == armAny || solicited) {
-		if cq.armed.CompareAndSwap(a, armNone) && cq.ch != nil {
-			cq.ch.deliver(cq.v)
-		}
+func (cq *CQ) signal(solicited bool) { cq.wakeup(cq.disarm(solicited)) }
+
+// disarm takes the arming that a completion of this kind fires, if any.
+func (cq *CQ) disarm(solicited bool) bool {
+	a := cq.armed.Load()
+	return a != armNone && (a == armAny || solicited) && cq.armed.CompareAndSwap(a, armNone)
+}
+
+// wakeup delivers the event that disarm took (fire) and wakes Wait callers.
+func (cq *CQ) wakeup(fire bool) {
+	if fire && cq.ch != nil {
+		cq.ch.deliver(cq.v)
 	}
 	if cq.waiters.Load() > 0 {
 		cq.wmu.Lock()
