@@ -1,0 +1,218 @@
+//go:build rdmacore && linux && cgo
+
+package rdmacore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/rdmacore"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// testDevices returns the rdma-core devices the device tests run on: the
+// ones GOVERBS_RDMACORE_DEV names (comma-separated), or every device
+// rdma-core finds. Tests that need a device skip without one; the lab's
+// runner (interop/rdmacore.sh) names the devices and fails on a skip.
+func testDevices(t testing.TB) []string {
+	t.Helper()
+	var names []string
+	if env := os.Getenv("GOVERBS_RDMACORE_DEV"); env != "" {
+		names = strings.Split(env, ",")
+	} else {
+		for _, d := range rdmacore.DeviceNames() {
+			names = append(names, d)
+		}
+	}
+	if len(names) == 0 {
+		t.Skip("no rdma-core device (GOVERBS_RDMACORE_DEV unset and ibv_get_device_list empty)")
+	}
+	return names
+}
+
+func openDev(t testing.TB, name string) *verbs.Context {
+	t.Helper()
+	ctx, err := verbs.OpenDevice(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+// deviceAddr is the IPv4 address of the network interface under dev, which
+// the iWARP fixture's CM listens on: GOVERBS_RDMACORE_ADDR_<dev>, or the
+// first IPv4 address of the interface sysfs names as the device's parent.
+func deviceAddr(t testing.TB, dev string) netip.Addr {
+	t.Helper()
+	if s := os.Getenv("GOVERBS_RDMACORE_ADDR_" + dev); s != "" {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			t.Fatalf("GOVERBS_RDMACORE_ADDR_%s: %v", dev, err)
+		}
+		return a
+	}
+	var ifname string
+	for _, f := range []string{"/sys/class/infiniband/" + dev + "/parent", "/sys/class/infiniband/" + dev + "/ports/1/gid_attrs/ndevs/0"} {
+		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			ifname = strings.TrimSpace(string(b))
+			break
+		}
+	}
+	if ifname == "" {
+		t.Fatalf("%s: no network interface found in sysfs; set GOVERBS_RDMACORE_ADDR_%s", dev, dev)
+	}
+	ifc, err := net.InterfaceByName(ifname)
+	if err != nil {
+		t.Fatalf("%s: interface %s: %v", dev, ifname, err)
+	}
+	addrs, _ := ifc.Addrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			return p.Addr()
+		}
+	}
+	t.Fatalf("%s: interface %s has no IPv4 address", dev, ifname)
+	return netip.Addr{}
+}
+
+// fixture runs the provider-independent suite over one rdma-core device:
+// both ends of each connection are QPs of that device (the device loops
+// the traffic back). InfiniBand-transport devices (rxe, RoCE and IB NICs)
+// are connected by Modify with the GID of the device's IPv4 address;
+// iWARP devices (siw) by the kernel's rdma_cm, as iWARP requires.
+type fixture struct {
+	dev   string
+	iwarp bool
+	addr  netip.Addr // iWARP: where the CM listens
+}
+
+func newFixture(t *testing.T, dev string) *fixture {
+	ctx := openDev(t, dev)
+	f := &fixture{dev: dev, iwarp: ctx.Device().TransportType() == verbs.TransportIWARP}
+	if f.iwarp {
+		f.addr = deviceAddr(t, dev)
+	}
+	return f
+}
+
+func (f *fixture) Caps() conformance.Caps {
+	if f.iwarp {
+		// siw: no UD, no RNR (iWARP), no atomics (siw_query_device reports
+		// none), immediate data and SEND_WITH_INV it has; remote errors
+		// come back as Terminate messages.
+		return conformance.Caps{Immediate: false, Invalidate: true, AsyncErrors: true}
+	}
+	return conformance.Caps{UD: true, RNR: true, Atomics: true, Immediate: true, Invalidate: true, Modify: true}
+}
+
+func (f *fixture) Open(t testing.TB) (a, b *verbs.Context) { return openDev(t, f.dev), openDev(t, f.dev) }
+
+func (f *fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
+	if f.iwarp {
+		for _, q := range []*verbs.QP{a, b} {
+			if err := conformance.ToInit(q, attr.QPAccessFlags); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), conformance.WaitTimeout)
+		defer cancel()
+		c, err := rdmacore.ConnectPair(ctx, a, b, f.addr, attr)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { c.Close() })
+		return nil
+	}
+	for _, p := range [][2]*verbs.QP{{a, b}, {b, a}} {
+		if err := f.toRTR(t, p[0], p[1], attr); err != nil {
+			return err
+		}
+	}
+	for _, q := range []*verbs.QP{a, b} {
+		rts := attr
+		rts.QPState = verbs.QPSRTS
+		rts.SQPSN = 0
+		mask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+		if err := q.Modify(&rts, mask); err != nil {
+			return fmt.Errorf("QP %#x to RTS: %w", q.Num(), err)
+		}
+	}
+	return nil
+}
+
+func (f *fixture) toRTR(t testing.TB, q, dest *verbs.QP, attr verbs.QPAttr) error {
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: attr.QPAccessFlags}
+	if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("QP %#x to INIT: %w", q.Num(), err)
+	}
+	rtr := attr
+	rtr.QPState = verbs.QPSRTR
+	rtr.DestQPNum = dest.Num()
+	rtr.RQPSN = 0
+	rtr.AHAttr = f.AHTo(t, dest.PD().Context())
+	// Paths are as long as the port's MTU at most.
+	if pa, err := q.PD().Context().QueryPort(1); err == nil && rtr.PathMTU > pa.ActiveMTU {
+		rtr.PathMTU = pa.ActiveMTU
+	}
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+	if err := q.Modify(&rtr, mask); err != nil {
+		return fmt.Errorf("QP %#x to RTR: %w", q.Num(), err)
+	}
+	return nil
+}
+
+func (f *fixture) ActivateUD(t testing.TB, q *verbs.QP, qkey uint32) error {
+	steps := []struct {
+		a verbs.QPAttr
+		m verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	}
+	for _, s := range steps {
+		if err := q.Modify(&s.a, s.m); err != nil {
+			return fmt.Errorf("UD QP %#x to %v: %w", q.Num(), s.a.QPState, err)
+		}
+	}
+	return nil
+}
+
+// AHTo addresses ctx's port 1 by the GID of its IPv4 address (RoCEv2 over
+// IPv4, as rxe and RoCE NICs route it), the first IPv4-mapped entry.
+func (f *fixture) AHTo(t testing.TB, ctx *verbs.Context) verbs.AHAttr {
+	t.Helper()
+	pa, err := ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < pa.GIDTblLen; i++ {
+		gid, err := ctx.QueryGID(1, i)
+		if err != nil {
+			continue
+		}
+		if netip.AddrFrom16(gid).Is4In6() {
+			return verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: uint8(i), HopLimit: 64}}
+		}
+	}
+	gid, err := ctx.QueryGID(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}
+}
+
+func TestConformance(t *testing.T) {
+	for _, dev := range testDevices(t) {
+		t.Run(dev, func(t *testing.T) { conformance.Run(t, newFixture(t, dev)) })
+	}
+}

@@ -1,0 +1,407 @@
+//go:build rdmacore && linux && cgo
+
+package rdmacore
+
+/*
+#include "gv.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// batch is how many work requests one cgo crossing posts.
+const batch = C.GV_BATCH
+
+// queuePair is a queue pair (struct ibv_qp). Posting fills plain C structs
+// (struct gv_swr, struct ibv_sge) in memory the QP owns, under a lock, and
+// hands up to a batch of them to one C call, which links them into an
+// ibv_send_wr list and posts it: no allocation, one crossing per batch.
+type queuePair struct {
+	v      *verbs.QP
+	qp     *C.struct_ibv_qp
+	ptr    C.uint64_t
+	handle uint64
+	ctx    *devContext
+	typ    verbs.QPType
+	init   verbs.QPInitAttr
+	cap    verbs.QPCap // as the device sized the queues
+
+	smu  sync.Mutex
+	swr  [batch]C.struct_gv_swr
+	ssge []C.struct_ibv_sge
+	inl  []byte // inline payloads given as SendWR.Inline, copied at post time
+	sbad C.int
+	pin  runtime.Pinner // inl, which SGEs name by address
+
+	recv recvPoster
+}
+
+func (p *protDomain) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
+	scq, _ := driver.CQOf(attr.SendCQ).(*complQueue)
+	rcq, _ := driver.CQOf(attr.RecvCQ).(*complQueue)
+	if scq == nil || rcq == nil {
+		return nil, fmt.Errorf("%w: CQ of another provider", verbs.ErrInvalid)
+	}
+	q := &queuePair{v: v, ctx: p.ctx, typ: attr.QPType, init: *attr}
+	var ia C.struct_ibv_qp_init_attr
+	ia.send_cq, ia.recv_cq = scq.cq, rcq.cq
+	if attr.SRQ != nil {
+		s, _ := driver.SRQOf(attr.SRQ).(*sharedRQ)
+		if s == nil {
+			return nil, fmt.Errorf("%w: SRQ of another provider", verbs.ErrInvalid)
+		}
+		ia.srq = s.srq
+	}
+	ia.cap.max_send_wr = C.uint32_t(attr.Cap.MaxSendWR)
+	ia.cap.max_recv_wr = C.uint32_t(attr.Cap.MaxRecvWR)
+	ia.cap.max_send_sge = C.uint32_t(attr.Cap.MaxSendSGE)
+	ia.cap.max_recv_sge = C.uint32_t(attr.Cap.MaxRecvSGE)
+	ia.cap.max_inline_data = C.uint32_t(attr.Cap.MaxInlineData)
+	ia.qp_type = C.enum_ibv_qp_type(attr.QPType)
+	if attr.SQSigAll {
+		ia.sq_sig_all = 1
+	}
+	q.handle = newHandle(q)
+	ia.qp_context = C.gv_voidp(C.uint64_t(q.handle))
+	qp, err := C.ibv_create_qp(p.pd, &ia)
+	if qp == nil {
+		handles.Delete(q.handle)
+		return nil, errnoErr(fmt.Sprintf("ibv_create_qp (%v, %+v)", attr.QPType, attr.Cap), errnoOf(err))
+	}
+	q.qp, q.ptr = qp, C.gv_ptr(unsafePointer(qp))
+	q.cap = verbs.QPCap{
+		MaxSendWR: int(ia.cap.max_send_wr), MaxRecvWR: int(ia.cap.max_recv_wr),
+		MaxSendSGE: int(ia.cap.max_send_sge), MaxRecvSGE: int(ia.cap.max_recv_sge),
+		MaxInlineData: int(ia.cap.max_inline_data),
+	}
+	q.init.Cap = q.cap
+	q.ssge = make([]C.struct_ibv_sge, batch*max(q.cap.MaxSendSGE, 1))
+	if q.cap.MaxInlineData > 0 {
+		q.inl = make([]byte, batch*q.cap.MaxInlineData)
+		q.pin.Pin(&q.inl[0])
+	}
+	q.recv.init(q.ptr, false, q.cap.MaxRecvSGE)
+	return q, nil
+}
+
+func (q *queuePair) Num() uint32 { return uint32(q.qp.qp_num) }
+
+// sendErr is why a work request cannot be posted, found before the device
+// sees it.
+func (q *queuePair) sendErr(w *verbs.SendWR) error {
+	if len(w.SGList) > q.cap.MaxSendSGE {
+		return fmt.Errorf("%w: %d SGEs, the QP has max_send_sge %d", verbs.ErrInvalid, len(w.SGList), q.cap.MaxSendSGE)
+	}
+	switch w.Opcode {
+	case verbs.WRSend, verbs.WRSendWithImm:
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp,
+		verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv:
+		if q.typ == verbs.QPTUD {
+			return fmt.Errorf("%w: opcode %v on a UD QP", verbs.ErrInvalid, w.Opcode)
+		}
+	case verbs.WRFlush, verbs.WRAtomicWrite:
+		return fmt.Errorf("%w: %v needs the extended post API (ibv_wr_*), not in this build", verbs.ErrNotSupported, w.Opcode)
+	case verbs.WRLocalInv, verbs.WRBindMW:
+		return fmt.Errorf("%w: %v (memory windows)", verbs.ErrNotSupported, w.Opcode)
+	default:
+		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, w.Opcode)
+	}
+	if q.typ == verbs.QPTUD {
+		if w.AH == nil {
+			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalid)
+		}
+		if ah, _ := driver.AHOf(w.AH).(*addrHandle); ah == nil {
+			return fmt.Errorf("%w: address handle of another provider", verbs.ErrInvalid)
+		}
+	}
+	if w.Flags&verbs.SendInline != 0 {
+		n := len(w.Inline)
+		if w.Inline == nil {
+			n = 0
+			for _, s := range w.SGList {
+				n += int(s.Length)
+			}
+		}
+		if n > q.cap.MaxInlineData {
+			return fmt.Errorf("%w: %d bytes inline, the QP has max_inline_data %d", verbs.ErrInvalid, n, q.cap.MaxInlineData)
+		}
+	}
+	return nil
+}
+
+func (q *queuePair) PostSend(wr []verbs.SendWR) error {
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	for start := 0; start < len(wr); {
+		n, ns := 0, 0
+		var bad error
+		for n < batch && start+n < len(wr) {
+			w := &wr[start+n]
+			if bad = q.sendErr(w); bad != nil {
+				break
+			}
+			s := &q.swr[n]
+			*s = C.struct_gv_swr{
+				wr_id: C.uint64_t(w.WRID), remote_addr: C.uint64_t(w.RemoteAddr),
+				compare_add: C.uint64_t(w.CompareAdd), swap: C.uint64_t(w.Swap),
+				rkey: C.uint32_t(w.RKey), imm: C.uint32_t(w.ImmData), inv_rkey: C.uint32_t(w.InvalidateRKey),
+				remote_qpn: C.uint32_t(w.RemoteQPN), remote_qkey: C.uint32_t(w.RemoteQKey),
+				opcode: C.uint32_t(w.Opcode), flags: C.uint32_t(w.Flags), sge_off: C.uint32_t(ns),
+			}
+			if w.AH != nil {
+				s.ah = driver.AHOf(w.AH).(*addrHandle).ptr
+			}
+			if w.Flags&verbs.SendInline != 0 && w.Inline != nil {
+				if len(w.Inline) > 0 {
+					off := n * q.cap.MaxInlineData
+					copy(q.inl[off:], w.Inline)
+					q.ssge[ns] = C.struct_ibv_sge{addr: C.uint64_t(addrOf(q.inl[off:])), length: C.uint32_t(len(w.Inline))}
+					ns++
+				}
+			} else {
+				for _, g := range w.SGList {
+					q.ssge[ns] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
+					ns++
+				}
+			}
+			s.nsge = C.uint32_t(ns) - s.sge_off
+			n++
+		}
+		if n > 0 {
+			if rc := C.gv_post_send(q.ptr, &q.swr[0], C.int(n), &q.ssge[0], &q.sbad); rc != 0 {
+				i := start + int(q.sbad)
+				return &verbs.PostError{Index: i, WRID: wr[i].WRID, Err: q.postErr("ibv_post_send", rc)}
+			}
+		}
+		if bad != nil {
+			i := start + n
+			return &verbs.PostError{Index: i, WRID: wr[i].WRID, Err: bad}
+		}
+		start += n
+	}
+	return nil
+}
+
+// postErr names a post failure: ENOMEM is a full queue, and EINVAL on a QP
+// in a state that does not accept the request is ErrInvalidState.
+func (q *queuePair) postErr(call string, rc C.int) error {
+	e := errnoFromRC(rc)
+	switch e {
+	case C.ENOMEM:
+		return fmt.Errorf("%w: %s: %v", verbs.ErrQueueFull, call, e)
+	case C.EINVAL, C.ENOTCONN:
+		if a, _, err := q.Query(); err == nil {
+			if st := a.QPState; st == verbs.QPSReset || st == verbs.QPSInit || st == verbs.QPSRTR || (call == "ibv_post_recv" && st == verbs.QPSReset) {
+				return fmt.Errorf("%w: %s in state %v: %v", verbs.ErrInvalidState, call, st, e)
+			}
+		}
+	}
+	return errnoErr(call, e)
+}
+
+func (q *queuePair) PostRecv(wr []verbs.RecvWR) error {
+	return q.recv.post(wr, q.postErr)
+}
+
+func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	var a C.struct_ibv_qp_attr
+	a.qp_state = C.enum_ibv_qp_state(attr.QPState)
+	a.cur_qp_state = C.enum_ibv_qp_state(attr.CurQPState)
+	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
+	a.qkey = C.uint32_t(attr.QKey)
+	a.rq_psn = C.uint32_t(attr.RQPSN)
+	a.sq_psn = C.uint32_t(attr.SQPSN)
+	a.dest_qp_num = C.uint32_t(attr.DestQPNum)
+	a.qp_access_flags = C.uint(attr.QPAccessFlags)
+	a.cap.max_send_wr = C.uint32_t(attr.Cap.MaxSendWR)
+	a.cap.max_recv_wr = C.uint32_t(attr.Cap.MaxRecvWR)
+	a.cap.max_send_sge = C.uint32_t(attr.Cap.MaxSendSGE)
+	a.cap.max_recv_sge = C.uint32_t(attr.Cap.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(attr.Cap.MaxInlineData)
+	fillAH(&a.ah_attr, &attr.AHAttr)
+	fillAH(&a.alt_ah_attr, &attr.AltAHAttr)
+	a.pkey_index = C.uint16_t(attr.PKeyIndex)
+	a.alt_pkey_index = C.uint16_t(attr.AltPKeyIndex)
+	if attr.EnSQDAsyncNotify {
+		a.en_sqd_async_notify = 1
+	}
+	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
+	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	a.min_rnr_timer = C.uint8_t(attr.MinRnrTimer)
+	a.port_num = C.uint8_t(attr.PortNum)
+	a.timeout = C.uint8_t(attr.Timeout)
+	a.retry_cnt = C.uint8_t(attr.RetryCnt)
+	a.rnr_retry = C.uint8_t(attr.RnrRetry)
+	a.alt_port_num = C.uint8_t(attr.AltPortNum)
+	a.alt_timeout = C.uint8_t(attr.AltTimeout)
+	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
+		return errnoErr(fmt.Sprintf("ibv_modify_qp to %v (mask %v)", attr.QPState, mask), errnoFromRC(rc))
+	}
+	return nil
+}
+
+// queryMask is every attribute ibv_query_qp reports.
+const queryMask = C.IBV_QP_STATE | C.IBV_QP_CUR_STATE | C.IBV_QP_EN_SQD_ASYNC_NOTIFY | C.IBV_QP_ACCESS_FLAGS |
+	C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_QKEY | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_TIMEOUT |
+	C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_RQ_PSN | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_ALT_PATH |
+	C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_SQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_CAP | C.IBV_QP_DEST_QPN
+
+func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if rc := C.ibv_query_qp(q.qp, &a, queryMask, &ia); rc != 0 {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, errnoErr("ibv_query_qp", errnoFromRC(rc))
+	}
+	v := verbs.QPAttr{
+		QPState: verbs.QPState(a.qp_state), CurQPState: verbs.QPState(a.cur_qp_state), PathMTU: verbs.MTU(a.path_mtu),
+		QKey: uint32(a.qkey), RQPSN: uint32(a.rq_psn), SQPSN: uint32(a.sq_psn), DestQPNum: uint32(a.dest_qp_num),
+		QPAccessFlags: verbs.AccessFlags(a.qp_access_flags),
+		Cap: verbs.QPCap{
+			MaxSendWR: int(a.cap.max_send_wr), MaxRecvWR: int(a.cap.max_recv_wr), MaxSendSGE: int(a.cap.max_send_sge),
+			MaxRecvSGE: int(a.cap.max_recv_sge), MaxInlineData: int(a.cap.max_inline_data),
+		},
+		AHAttr: convAH(&a.ah_attr), AltAHAttr: convAH(&a.alt_ah_attr),
+		PKeyIndex: uint16(a.pkey_index), AltPKeyIndex: uint16(a.alt_pkey_index),
+		EnSQDAsyncNotify: a.en_sqd_async_notify != 0, SQDraining: a.sq_draining != 0,
+		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic),
+		MinRnrTimer: uint8(a.min_rnr_timer), PortNum: uint8(a.port_num), Timeout: uint8(a.timeout),
+		RetryCnt: uint8(a.retry_cnt), RnrRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
+		AltTimeout: uint8(a.alt_timeout),
+	}
+	init := q.init
+	init.Cap = q.cap
+	return v, init, nil
+}
+
+func (q *queuePair) Destroy() error {
+	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+		return errnoErr("ibv_destroy_qp", errnoFromRC(rc))
+	}
+	handles.Delete(q.handle)
+	q.pin.Unpin()
+	return nil
+}
+
+// recvPoster posts receives of a QP or an SRQ in batches.
+type recvPoster struct {
+	mu     sync.Mutex
+	ptr    C.uint64_t
+	srq    bool
+	maxSGE int
+	rwr    [batch]C.struct_gv_rwr
+	sge    []C.struct_ibv_sge
+	bad    C.int
+}
+
+func (r *recvPoster) init(ptr C.uint64_t, srq bool, maxSGE int) {
+	r.ptr, r.srq, r.maxSGE = ptr, srq, maxSGE
+	r.sge = make([]C.struct_ibv_sge, batch*max(maxSGE, 1))
+}
+
+func (r *recvPoster) post(wr []verbs.RecvWR, postErr func(string, C.int) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	call := "ibv_post_recv"
+	if r.srq {
+		call = "ibv_post_srq_recv"
+	}
+	for start := 0; start < len(wr); {
+		n, ns := 0, 0
+		var bad error
+		for n < batch && start+n < len(wr) {
+			w := &wr[start+n]
+			if len(w.SGList) > r.maxSGE {
+				bad = fmt.Errorf("%w: %d SGEs, the queue has max_recv_sge %d", verbs.ErrInvalid, len(w.SGList), r.maxSGE)
+				break
+			}
+			r.rwr[n] = C.struct_gv_rwr{wr_id: C.uint64_t(w.WRID), sge_off: C.uint32_t(ns), nsge: C.uint32_t(len(w.SGList))}
+			for _, g := range w.SGList {
+				r.sge[ns] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
+				ns++
+			}
+			n++
+		}
+		if n > 0 {
+			var rc C.int
+			if r.srq {
+				rc = C.gv_post_srq_recv(r.ptr, &r.rwr[0], C.int(n), &r.sge[0], &r.bad)
+			} else {
+				rc = C.gv_post_recv(r.ptr, &r.rwr[0], C.int(n), &r.sge[0], &r.bad)
+			}
+			if rc != 0 {
+				i := start + int(r.bad)
+				return &verbs.PostError{Index: i, WRID: wr[i].WRID, Err: postErr(call, rc)}
+			}
+		}
+		if bad != nil {
+			i := start + n
+			return &verbs.PostError{Index: i, WRID: wr[i].WRID, Err: bad}
+		}
+		start += n
+	}
+	return nil
+}
+
+// sharedRQ is a shared receive queue (struct ibv_srq).
+type sharedRQ struct {
+	v      *verbs.SRQ
+	srq    *C.struct_ibv_srq
+	handle uint64
+	recv   recvPoster
+}
+
+func (p *protDomain) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SRQ, error) {
+	s := &sharedRQ{v: v}
+	var ia C.struct_ibv_srq_init_attr
+	ia.attr.max_wr = C.uint32_t(attr.Attr.MaxWR)
+	ia.attr.max_sge = C.uint32_t(attr.Attr.MaxSGE)
+	ia.attr.srq_limit = C.uint32_t(attr.Attr.SRQLimit)
+	s.handle = newHandle(s)
+	ia.srq_context = C.gv_voidp(C.uint64_t(s.handle))
+	srq, err := C.ibv_create_srq(p.pd, &ia)
+	if srq == nil {
+		handles.Delete(s.handle)
+		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", attr.Attr), errnoOf(err))
+	}
+	s.srq = srq
+	s.recv.init(C.gv_ptr(unsafePointer(srq)), true, int(ia.attr.max_sge))
+	return s, nil
+}
+
+func (s *sharedRQ) PostRecv(wr []verbs.RecvWR) error {
+	return s.recv.post(wr, func(call string, rc C.int) error { return errnoErr(call, errnoFromRC(rc)) })
+}
+
+func (s *sharedRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	var a C.struct_ibv_srq_attr
+	a.max_wr = C.uint32_t(attr.MaxWR)
+	a.max_sge = C.uint32_t(attr.MaxSGE)
+	a.srq_limit = C.uint32_t(attr.SRQLimit)
+	if rc := C.ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
+		return errnoErr("ibv_modify_srq", errnoFromRC(rc))
+	}
+	return nil
+}
+
+func (s *sharedRQ) Query() (verbs.SRQAttr, error) {
+	var a C.struct_ibv_srq_attr
+	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
+		return verbs.SRQAttr{}, errnoErr("ibv_query_srq", errnoFromRC(rc))
+	}
+	return verbs.SRQAttr{MaxWR: int(a.max_wr), MaxSGE: int(a.max_sge), SRQLimit: int(a.srq_limit)}, nil
+}
+
+func (s *sharedRQ) Destroy() error {
+	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
+		return errnoErr("ibv_destroy_srq", errnoFromRC(rc))
+	}
+	handles.Delete(s.handle)
+	return nil
+}
