@@ -112,7 +112,9 @@ func (f *fixture) Caps() conformance.Caps {
 	return conformance.Caps{UD: true, RNR: true, Atomics: true, Immediate: true, Invalidate: true, Modify: true}
 }
 
-func (f *fixture) Open(t testing.TB) (a, b *verbs.Context) { return openDev(t, f.dev), openDev(t, f.dev) }
+func (f *fixture) Open(t testing.TB) (a, b *verbs.Context) {
+	return openDev(t, f.dev), openDev(t, f.dev)
+}
 
 func (f *fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 	if f.iwarp {

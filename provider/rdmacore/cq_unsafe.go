@@ -102,10 +102,17 @@ type complQueue struct {
 	user   *compChannel // the user's channel, or nil
 	priv   *compChannel // the private channel when user is nil
 
+	// life is read-held by every call that touches cq, and write-held by
+	// Destroy, so that no call reaches a destroyed CQ (ErrClosed instead).
+	life sync.RWMutex
+	dead bool
+
 	stashed atomic.Bool
 	mu      sync.Mutex // guards stash
 	stash   verbs.WC
 }
+
+var errCQClosed = fmt.Errorf("%w: CQ destroyed", verbs.ErrClosed)
 
 func (c *devContext) CreateCQ(v *verbs.CQ, cqe int, ch driver.CompChannel) (driver.CQ, error) {
 	if max := c.attr.MaxCQE; max > 0 && cqe > max {
@@ -148,6 +155,11 @@ func (q *complQueue) Poll(wc []verbs.WC) (int, error) {
 	if len(wc) == 0 {
 		return 0, nil
 	}
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.dead {
+		return 0, errCQClosed
+	}
 	k := 0
 	if q.stashed.Load() {
 		q.mu.Lock()
@@ -183,6 +195,11 @@ func fixWC(wc []verbs.WC) {
 }
 
 func (q *complQueue) ReqNotify(solicitedOnly bool) error {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.dead {
+		return errCQClosed
+	}
 	s := C.int(0)
 	if solicitedOnly {
 		s = 1
@@ -196,6 +213,11 @@ func (q *complQueue) ReqNotify(solicitedOnly bool) error {
 // takeOne polls one completion into the stash; it reports whether the CQ
 // has one for Poll.
 func (q *complQueue) takeOne() (bool, error) {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.dead {
+		return false, errCQClosed
+	}
 	if q.stashed.Load() {
 		return true, nil
 	}
@@ -264,9 +286,15 @@ func (q *complQueue) waitPolling(ctx context.Context) error {
 }
 
 func (q *complQueue) Destroy() error {
+	q.life.Lock()
+	defer q.life.Unlock()
+	if q.dead {
+		return errCQClosed
+	}
 	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
 		return errnoErr("ibv_destroy_cq", errnoFromRC(rc))
 	}
+	q.dead = true
 	handles.Delete(q.handle)
 	if q.priv != nil {
 		return q.priv.Close()

@@ -41,9 +41,21 @@ type queuePair struct {
 	pin  runtime.Pinner // inl, which SGEs name by address
 
 	recv recvPoster
+
+	// life is read-held by Modify and Query and write-held by Destroy;
+	// the posting paths check dead under their own locks, which Destroy
+	// takes too: no call reaches a destroyed QP (ErrClosed instead).
+	life sync.RWMutex
+	dead bool
 }
 
+var errQPClosed = fmt.Errorf("%w: QP destroyed", verbs.ErrClosed)
+
 func (p *protDomain) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
+	if err := p.hold(); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
 	scq, _ := driver.CQOf(attr.SendCQ).(*complQueue)
 	rcq, _ := driver.CQOf(attr.RecvCQ).(*complQueue)
 	if scq == nil || rcq == nil {
@@ -119,6 +131,8 @@ func (q *queuePair) sendErr(w *verbs.SendWR) error {
 		}
 		if ah, _ := driver.AHOf(w.AH).(*addrHandle); ah == nil {
 			return fmt.Errorf("%w: address handle of another provider", verbs.ErrInvalid)
+		} else if ah.dead.Load() {
+			return fmt.Errorf("%w: address handle destroyed", verbs.ErrClosed)
 		}
 	}
 	if w.Flags&verbs.SendInline != 0 {
@@ -139,6 +153,9 @@ func (q *queuePair) sendErr(w *verbs.SendWR) error {
 func (q *queuePair) PostSend(wr []verbs.SendWR) error {
 	q.smu.Lock()
 	defer q.smu.Unlock()
+	if q.dead {
+		return &verbs.PostError{Index: 0, WRID: firstSendID(wr), Err: errQPClosed}
+	}
 	for start := 0; start < len(wr); {
 		n, ns := 0, 0
 		var bad error
@@ -210,7 +227,19 @@ func (q *queuePair) PostRecv(wr []verbs.RecvWR) error {
 	return q.recv.post(wr, q.postErr)
 }
 
+func firstSendID(wr []verbs.SendWR) uint64 {
+	if len(wr) == 0 {
+		return 0
+	}
+	return wr[0].WRID
+}
+
 func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.dead {
+		return errQPClosed
+	}
 	var a C.struct_ibv_qp_attr
 	a.qp_state = C.enum_ibv_qp_state(attr.QPState)
 	a.cur_qp_state = C.enum_ibv_qp_state(attr.CurQPState)
@@ -254,6 +283,11 @@ const queryMask = C.IBV_QP_STATE | C.IBV_QP_CUR_STATE | C.IBV_QP_EN_SQD_ASYNC_NO
 	C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_SQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_CAP | C.IBV_QP_DEST_QPN
 
 func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.dead {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, errQPClosed
+	}
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
 	if rc := C.ibv_query_qp(q.qp, &a, queryMask, &ia); rc != 0 {
@@ -281,9 +315,19 @@ func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 }
 
 func (q *queuePair) Destroy() error {
+	q.life.Lock()
+	defer q.life.Unlock()
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	q.recv.mu.Lock()
+	defer q.recv.mu.Unlock()
+	if q.dead {
+		return errQPClosed
+	}
 	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
 		return errnoErr("ibv_destroy_qp", errnoFromRC(rc))
 	}
+	q.dead, q.recv.dead = true, true
 	handles.Delete(q.handle)
 	q.pin.Unpin()
 	return nil
@@ -298,6 +342,7 @@ type recvPoster struct {
 	rwr    [batch]C.struct_gv_rwr
 	sge    []C.struct_ibv_sge
 	bad    C.int
+	dead   bool // the queue was destroyed (under mu)
 }
 
 func (r *recvPoster) init(ptr C.uint64_t, srq bool, maxSGE int) {
@@ -311,6 +356,13 @@ func (r *recvPoster) post(wr []verbs.RecvWR, postErr func(string, C.int) error) 
 	call := "ibv_post_recv"
 	if r.srq {
 		call = "ibv_post_srq_recv"
+	}
+	if r.dead {
+		var id uint64
+		if len(wr) > 0 {
+			id = wr[0].WRID
+		}
+		return &verbs.PostError{Index: 0, WRID: id, Err: fmt.Errorf("%w: receive queue destroyed", verbs.ErrClosed)}
 	}
 	for start := 0; start < len(wr); {
 		n, ns := 0, 0
@@ -355,9 +407,17 @@ type sharedRQ struct {
 	srq    *C.struct_ibv_srq
 	handle uint64
 	recv   recvPoster
+	life   sync.RWMutex // as queuePair's
+	dead   bool
 }
 
+var errSRQClosed = fmt.Errorf("%w: SRQ destroyed", verbs.ErrClosed)
+
 func (p *protDomain) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SRQ, error) {
+	if err := p.hold(); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
 	s := &sharedRQ{v: v}
 	var ia C.struct_ibv_srq_init_attr
 	ia.attr.max_wr = C.uint32_t(attr.Attr.MaxWR)
@@ -380,6 +440,11 @@ func (s *sharedRQ) PostRecv(wr []verbs.RecvWR) error {
 }
 
 func (s *sharedRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.dead {
+		return errSRQClosed
+	}
 	var a C.struct_ibv_srq_attr
 	a.max_wr = C.uint32_t(attr.MaxWR)
 	a.max_sge = C.uint32_t(attr.MaxSGE)
@@ -391,6 +456,11 @@ func (s *sharedRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 }
 
 func (s *sharedRQ) Query() (verbs.SRQAttr, error) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.dead {
+		return verbs.SRQAttr{}, errSRQClosed
+	}
 	var a C.struct_ibv_srq_attr
 	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
 		return verbs.SRQAttr{}, errnoErr("ibv_query_srq", errnoFromRC(rc))
@@ -399,9 +469,17 @@ func (s *sharedRQ) Query() (verbs.SRQAttr, error) {
 }
 
 func (s *sharedRQ) Destroy() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.recv.mu.Lock()
+	defer s.recv.mu.Unlock()
+	if s.dead {
+		return errSRQClosed
+	}
 	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
 		return errnoErr("ibv_destroy_srq", errnoFromRC(rc))
 	}
+	s.dead, s.recv.dead = true, true
 	handles.Delete(s.handle)
 	return nil
 }

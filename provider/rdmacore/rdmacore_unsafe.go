@@ -261,14 +261,32 @@ func (c *devContext) Close() error {
 
 // protDomain is a protection domain (struct ibv_pd).
 type protDomain struct {
-	pd  *C.struct_ibv_pd
-	ctx *devContext
+	pd   *C.struct_ibv_pd
+	ctx  *devContext
+	mu   sync.Mutex
+	dead bool
+}
+
+// hold locks p for a creation on it, unless it was deallocated.
+func (p *protDomain) hold() error {
+	p.mu.Lock()
+	if p.dead {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: PD deallocated", verbs.ErrClosed)
+	}
+	return nil
 }
 
 func (p *protDomain) Dealloc() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return fmt.Errorf("%w: PD deallocated", verbs.ErrClosed)
+	}
 	if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
 		return errnoErr("ibv_dealloc_pd", errnoFromRC(rc))
 	}
+	p.dead = true
 	return nil
 }
 
@@ -281,6 +299,10 @@ type memRegion struct {
 }
 
 func (p *protDomain) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (driver.MR, error) {
+	if err := p.hold(); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
 	if access&(verbs.AccessFlushGlobal|verbs.AccessFlushPersistent) != 0 {
 		return nil, fmt.Errorf("%w: FLUSH access: the rdma-core this was built with has no IBV_ACCESS_FLUSH_*", verbs.ErrNotSupported)
 	}
@@ -312,11 +334,16 @@ func (m *memRegion) Dereg() error {
 
 // addrHandle is an address handle (struct ibv_ah).
 type addrHandle struct {
-	ah  *C.struct_ibv_ah
-	ptr C.uint64_t
+	ah   *C.struct_ibv_ah
+	ptr  C.uint64_t
+	dead atomic.Bool
 }
 
 func (p *protDomain) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (driver.AH, error) {
+	if err := p.hold(); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
 	var a C.struct_ibv_ah_attr
 	fillAH(&a, attr)
 	ah, err := C.ibv_create_ah(p.pd, &a)
@@ -327,6 +354,9 @@ func (p *protDomain) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (driver.AH, error
 }
 
 func (h *addrHandle) Destroy() error {
+	if h.dead.Swap(true) {
+		return fmt.Errorf("%w: AH destroyed", verbs.ErrClosed)
+	}
 	if rc := C.ibv_destroy_ah(h.ah); rc != 0 {
 		return errnoErr("ibv_destroy_ah", errnoFromRC(rc))
 	}
