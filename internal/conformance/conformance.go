@@ -34,6 +34,12 @@ type Caps struct {
 	// the responder's NAK (REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR), the
 	// requests behind it flush, and a local error does not reach the peer.
 	AsyncErrors bool
+	// Deviations names cases whose rule the provider's device departs
+	// from, each with what the device does instead and where that was
+	// found (a real device behind provider rdmacore keeps its kernel
+	// driver's behaviour). They are not run; Run lists them with the
+	// reasons, so a deviation is never silent.
+	Deviations map[string]string
 }
 
 // Fixture adapts a provider to the suite.
@@ -86,6 +92,10 @@ func Run(t *testing.T, f Fixture) {
 	for _, c := range cases {
 		if c.Need != nil && !c.Need(caps) {
 			skipped = append(skipped, c.Name)
+			continue
+		}
+		if why, ok := caps.Deviations[c.Name]; ok {
+			t.Logf("not run, the device deviates: %s: %s", c.Name, why)
 			continue
 		}
 		t.Run(c.Name, func(t *testing.T) {

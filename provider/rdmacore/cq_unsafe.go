@@ -23,9 +23,12 @@ import (
 // compChannel is a completion channel (struct ibv_comp_channel), waited on
 // through the netpoller.
 type compChannel struct {
-	ch     *C.struct_ibv_comp_channel
-	w      *fdWaiter
-	closed atomic.Bool
+	ch *C.struct_ibv_comp_channel
+	w  *fdWaiter
+	// mu is read-held while ch is used and write-held by Close, which
+	// frees it.
+	mu     sync.RWMutex
+	closed bool
 }
 
 func (c *devContext) CreateCompChannel(v *verbs.CompChannel) (driver.CompChannel, error) {
@@ -43,6 +46,11 @@ func (c *devContext) CreateCompChannel(v *verbs.CompChannel) (driver.CompChannel
 
 // next takes one event off the channel: the CQ's handle, or 0 when there is none.
 func (ch *compChannel) next() (uint64, error) {
+	ch.mu.RLock()
+	defer ch.mu.RUnlock()
+	if ch.closed {
+		return 0, errChanClosed
+	}
 	h, err := C.gv_get_cq_event(ch.ch)
 	if h != 0 {
 		return uint64(h), nil
@@ -74,14 +82,19 @@ func (ch *compChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 
 func (ch *compChannel) Fd() int { return int(ch.ch.fd) }
 
+// Close destroys the channel; it fails with ErrBusy while a CQ uses it
+// (ibv_destroy_comp_channel's EBUSY) and leaves it working.
 func (ch *compChannel) Close() error {
-	if ch.closed.Swap(true) {
-		return nil
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return fmt.Errorf("%w: completion channel already closed", verbs.ErrClosed)
 	}
-	ch.w.close()
 	if rc := C.ibv_destroy_comp_channel(ch.ch); rc != 0 {
 		return errnoErr("ibv_destroy_comp_channel", errnoFromRC(rc))
 	}
+	ch.closed = true
+	ch.w.close()
 	return nil
 }
 
@@ -106,6 +119,10 @@ type complQueue struct {
 	// Destroy, so that no call reaches a destroyed CQ (ErrClosed instead).
 	life sync.RWMutex
 	dead bool
+
+	// overflowed is set when the device reported the CQ in error
+	// (EventCQErr): an empty Poll then says ErrCQOverflow.
+	overflowed atomic.Bool
 
 	stashed atomic.Bool
 	mu      sync.Mutex // guards stash
@@ -181,6 +198,9 @@ func (q *complQueue) Poll(wc []verbs.WC) (int, error) {
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d)", verbs.ErrCQOverflow, int(n))
 	}
 	fixWC(wc[k : k+int(n)])
+	if k+int(n) == 0 && q.overflowed.Load() {
+		return 0, fmt.Errorf("%w: the device reported the CQ in error", verbs.ErrCQOverflow)
+	}
 	return k + int(n), nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,8 +23,9 @@ import (
 // library, which closes it when the channel is destroyed, and the
 // duplicate is closed here first.
 type fdWaiter struct {
-	f   *os.File
-	sem chan struct{} // one waiter at a time, so read deadlines are not shared
+	f      *os.File
+	sem    chan struct{} // one waiter at a time, so read deadlines are not shared
+	closed atomic.Bool
 }
 
 func newFdWaiter(fd int, name string) (*fdWaiter, error) {
@@ -54,6 +56,9 @@ func (w *fdWaiter) wait(ctx context.Context, try func() (done bool, err error)) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if w.closed.Load() {
+		return errChanClosed
+	}
 	rc, err := w.f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("%w: %v", verbs.ErrClosed, err)
@@ -75,6 +80,8 @@ func (w *fdWaiter) wait(ctx context.Context, try func() (done bool, err error)) 
 			return done
 		})
 		switch {
+		case w.closed.Load():
+			return errChanClosed
 		case err == nil:
 			return res
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -91,4 +98,9 @@ func (w *fdWaiter) wait(ctx context.Context, try func() (done bool, err error)) 
 	}
 }
 
-func (w *fdWaiter) close() error { return w.f.Close() }
+var errChanClosed = fmt.Errorf("%w: channel closed", verbs.ErrClosed)
+
+func (w *fdWaiter) close() error {
+	w.closed.Store(true)
+	return w.f.Close()
+}

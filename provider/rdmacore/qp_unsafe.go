@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -47,6 +48,13 @@ type queuePair struct {
 	// takes too: no call reaches a destroyed QP (ErrClosed instead).
 	life sync.RWMutex
 	dead bool
+
+	// state is the QP's state as goverbs last saw it (Modify, Query). Some
+	// devices (rxe) accept posts in RESET, INIT or RTR and run them later;
+	// verbs refuses them. A post in a state that does not allow it is
+	// checked against the device's own state (a CM may have moved the QP)
+	// before it is refused, so the check costs nothing in RTS.
+	state atomic.Uint32
 }
 
 var errQPClosed = fmt.Errorf("%w: QP destroyed", verbs.ErrClosed)
@@ -136,6 +144,11 @@ func (q *queuePair) sendErr(w *verbs.SendWR) error {
 		}
 	}
 	if w.Flags&verbs.SendInline != 0 {
+		switch w.Opcode {
+		case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		default:
+			return fmt.Errorf("%w: inline data on %v (only sends and RDMA writes carry it)", verbs.ErrInvalid, w.Opcode)
+		}
 		n := len(w.Inline)
 		if w.Inline == nil {
 			n = 0
@@ -155,6 +168,11 @@ func (q *queuePair) PostSend(wr []verbs.SendWR) error {
 	defer q.smu.Unlock()
 	if q.dead {
 		return &verbs.PostError{Index: 0, WRID: firstSendID(wr), Err: errQPClosed}
+	}
+	if st := verbs.QPState(q.state.Load()); st != verbs.QPSRTS && st != verbs.QPSSQD && st != verbs.QPSErr && len(wr) > 0 {
+		if st = q.refreshState(); st != verbs.QPSRTS && st != verbs.QPSSQD && st != verbs.QPSErr {
+			return &verbs.PostError{Index: 0, WRID: wr[0].WRID, Err: fmt.Errorf("%w: post send in state %v", verbs.ErrInvalidState, st)}
+		}
 	}
 	for start := 0; start < len(wr); {
 		n, ns := 0, 0
@@ -224,7 +242,24 @@ func (q *queuePair) postErr(call string, rc C.int) error {
 }
 
 func (q *queuePair) PostRecv(wr []verbs.RecvWR) error {
+	if st := verbs.QPState(q.state.Load()); st == verbs.QPSReset && len(wr) > 0 {
+		if st = q.refreshState(); st == verbs.QPSReset {
+			return &verbs.PostError{Index: 0, WRID: wr[0].WRID, Err: fmt.Errorf("%w: post receive in state %v", verbs.ErrInvalidState, st)}
+		}
+	}
 	return q.recv.post(wr, q.postErr)
+}
+
+// refreshState asks the device for the QP's state and caches it.
+func (q *queuePair) refreshState() verbs.QPState {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if C.ibv_query_qp(q.qp, &a, C.IBV_QP_STATE, &ia) != 0 {
+		return verbs.QPState(q.state.Load())
+	}
+	st := verbs.QPState(a.qp_state)
+	q.state.Store(uint32(st))
+	return st
 }
 
 func firstSendID(wr []verbs.SendWR) uint64 {
@@ -273,6 +308,9 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
 		return errnoErr(fmt.Sprintf("ibv_modify_qp to %v (mask %v)", attr.QPState, mask), errnoFromRC(rc))
 	}
+	if mask&verbs.QPAttrState != 0 {
+		q.state.Store(uint32(attr.QPState))
+	}
 	return nil
 }
 
@@ -309,8 +347,9 @@ func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 		RetryCnt: uint8(a.retry_cnt), RnrRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
 		AltTimeout: uint8(a.alt_timeout),
 	}
+	q.state.Store(uint32(v.QPState))
 	init := q.init
-	init.Cap = q.cap
+	init.Cap = v.Cap
 	return v, init, nil
 }
 
@@ -436,7 +475,12 @@ func (p *protDomain) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SR
 }
 
 func (s *sharedRQ) PostRecv(wr []verbs.RecvWR) error {
-	return s.recv.post(wr, func(call string, rc C.int) error { return errnoErr(call, errnoFromRC(rc)) })
+	return s.recv.post(wr, func(call string, rc C.int) error {
+		if e := errnoFromRC(rc); e == C.ENOMEM {
+			return fmt.Errorf("%w: %s: %v", verbs.ErrQueueFull, call, e)
+		}
+		return errnoErr(call, errnoFromRC(rc))
+	})
 }
 
 func (s *sharedRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {

@@ -72,6 +72,9 @@ type device struct {
 	guid      uint64
 	node      verbs.NodeType
 	transport verbs.TransportType
+
+	inlineOnce sync.Once
+	inline     int
 }
 
 func (d *device) Name() string                       { return d.name }
@@ -91,12 +94,59 @@ func (d *device) Open() (driver.Context, error) {
 		return nil, errnoErr("ibv_query_device "+d.name, errnoOf(err))
 	}
 	ctx.attr = convDeviceAttr(&a, d)
+	ctx.attr.MaxInlineData = d.maxInline(c)
 	ctx.async, err = newFdWaiter(int(c.async_fd), d.name+" async events")
 	if err != nil {
 		C.ibv_close_device(c)
 		return nil, err
 	}
 	return ctx, nil
+}
+
+// maxInline is the largest max_inline_data an RC QP of the device accepts,
+// which struct ibv_device_attr does not report: found once per device by
+// creating QPs (a binary search, about 17 of them).
+func (d *device) maxInline(c *C.struct_ibv_context) int {
+	d.inlineOnce.Do(func() {
+		pd := C.ibv_alloc_pd(c)
+		if pd == nil {
+			return
+		}
+		defer C.ibv_dealloc_pd(pd)
+		cq := C.gv_create_cq(c, 1, 0, nil)
+		if cq == nil {
+			return
+		}
+		defer C.ibv_destroy_cq(cq)
+		try := func(n int) bool {
+			var ia C.struct_ibv_qp_init_attr
+			ia.send_cq, ia.recv_cq, ia.qp_type = cq, cq, C.IBV_QPT_RC
+			ia.cap.max_send_wr, ia.cap.max_recv_wr, ia.cap.max_send_sge, ia.cap.max_recv_sge = 1, 1, 1, 1
+			ia.cap.max_inline_data = C.uint32_t(n)
+			qp := C.ibv_create_qp(pd, &ia)
+			if qp == nil {
+				return false
+			}
+			C.ibv_destroy_qp(qp)
+			return true
+		}
+		lo, hi := 0, 1<<16 // lo works, hi+1 does not (beyond hi is not tried)
+		if try(hi) {
+			d.inline = hi
+			return
+		}
+		hi--
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if try(mid) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		d.inline = lo
+	})
+	return d.inline
 }
 
 func convDeviceAttr(a *C.struct_ibv_device_attr, d *device) verbs.DeviceAttr {
@@ -232,6 +282,9 @@ func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 			ev.QP = o.v
 		case *complQueue:
 			ev.CQ = o.v
+			if ev.Type == verbs.EventCQErr {
+				o.overflowed.Store(true)
+			}
 		case *sharedRQ:
 			ev.SRQ = o.v
 		}
