@@ -191,6 +191,8 @@ func connectPair(ctx context.Context, a, b *verbs.QP, ip netip.Addr, attr verbs.
 	if _, err := p.lch.expect(ctx, C.RDMA_CM_EVENT_ESTABLISHED); err != nil {
 		return nil, err
 	}
+	qa.state.Store(uint32(verbs.QPSRTS))
+	qb.state.Store(uint32(verbs.QPSRTS))
 	return p, nil
 }
 

@@ -107,7 +107,7 @@ func (f *fixture) Caps() conformance.Caps {
 		// siw: no UD, no RNR (iWARP), no atomics (siw_query_device reports
 		// none), immediate data and SEND_WITH_INV it has; remote errors
 		// come back as Terminate messages.
-		return conformance.Caps{Invalidate: true, AsyncErrors: true, Deviations: deviations[f.driver()]}
+		return conformance.Caps{AsyncErrors: true, Deviations: deviations[f.driver()]}
 	}
 	// Invalidate: SEND_WITH_INV invalidates memory windows and
 	// fast-registered regions, not regions of ibv_reg_mr, which is all

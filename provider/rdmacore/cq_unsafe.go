@@ -108,6 +108,8 @@ func (ch *compChannel) Close() error {
 // completion it found in stash, and Poll returns it first.
 type complQueue struct {
 	v      *verbs.CQ
+	ctx    *devContext
+	iwarp  bool
 	cq     *C.struct_ibv_cq
 	ptr    C.uint64_t
 	handle uint64
@@ -135,7 +137,7 @@ func (c *devContext) CreateCQ(v *verbs.CQ, cqe int, ch driver.CompChannel) (driv
 	if max := c.attr.MaxCQE; max > 0 && cqe > max {
 		return nil, fmt.Errorf("%w: cqe %d above the device's max_cqe %d", verbs.ErrInvalid, cqe, max)
 	}
-	q := &complQueue{v: v}
+	q := &complQueue{v: v, ctx: c, iwarp: c.dev.transport == verbs.TransportIWARP}
 	if ch != nil {
 		uc, ok := ch.(*compChannel)
 		if !ok {
@@ -197,7 +199,7 @@ func (q *complQueue) Poll(wc []verbs.WC) (int, error) {
 		}
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d)", verbs.ErrCQOverflow, int(n))
 	}
-	fixWC(wc[k : k+int(n)])
+	q.fixWC(wc[k : k+int(n)])
 	if k+int(n) == 0 && q.overflowed.Load() {
 		return 0, fmt.Errorf("%w: the device reported the CQ in error", verbs.ErrCQOverflow)
 	}
@@ -205,11 +207,18 @@ func (q *complQueue) Poll(wc []verbs.WC) (int, error) {
 }
 
 // fixWC converts what struct ibv_wc holds in network order: the immediate
-// value (goverbs gives it as a plain number).
-func fixWC(wc []verbs.WC) {
+// value (goverbs gives it as a plain number). On an iWARP device, whose
+// QPs' state goverbs keeps itself, an unsuccessful completion marks its QP
+// in ERR, as it is by then.
+func (q *complQueue) fixWC(wc []verbs.WC) {
 	for i := range wc {
 		if wc[i].Flags&verbs.WCFlagWithImm != 0 {
 			wc[i].ImmData = bits.ReverseBytes32(wc[i].ImmData)
+		}
+		if wc[i].Status != verbs.WCSuccess && q.iwarp {
+			if qp, _ := q.ctx.qps.Load(wc[i].QPNum); qp != nil {
+				qp.(*queuePair).state.Store(uint32(verbs.QPSErr))
+			}
 		}
 	}
 }
@@ -251,7 +260,7 @@ func (q *complQueue) takeOne() (bool, error) {
 		return false, fmt.Errorf("%w: ibv_poll_cq failed (%d)", verbs.ErrCQOverflow, int(n))
 	}
 	if n == 1 {
-		fixWC(unsafe.Slice(&q.stash, 1))
+		q.fixWC(unsafe.Slice(&q.stash, 1))
 		q.stashed.Store(true)
 		return true, nil
 	}

@@ -3,15 +3,16 @@
 package rdmacore
 
 /*
+#include <stdlib.h>
 #include "gv.h"
 */
 import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -37,9 +38,8 @@ type queuePair struct {
 	smu  sync.Mutex
 	swr  [batch]C.struct_gv_swr
 	ssge []C.struct_ibv_sge
-	inl  []byte // inline payloads given as SendWR.Inline, copied at post time
+	inl  []byte // C memory: inline payloads given as SendWR.Inline, copied at post time
 	sbad C.int
-	pin  runtime.Pinner // inl, which SGEs name by address
 
 	recv recvPoster
 
@@ -55,6 +55,10 @@ type queuePair struct {
 	// checked against the device's own state (a CM may have moved the QP)
 	// before it is refused, so the check costs nothing in RTS.
 	state atomic.Uint32
+	// iwarp: the device does not report the QP's state (siw's query says
+	// RESET throughout), so the cached state is the QP's state: Modify,
+	// the CM and error events keep it.
+	iwarp bool
 }
 
 var errQPClosed = fmt.Errorf("%w: QP destroyed", verbs.ErrClosed)
@@ -101,12 +105,24 @@ func (p *protDomain) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, e
 		MaxSendSGE: int(ia.cap.max_send_sge), MaxRecvSGE: int(ia.cap.max_recv_sge),
 		MaxInlineData: int(ia.cap.max_inline_data),
 	}
+	// Some devices (siw) report larger capabilities to ibv_query_qp than
+	// ibv_create_qp returned: what the device enforces is the larger.
+	var qa C.struct_ibv_qp_attr
+	var qia C.struct_ibv_qp_init_attr
+	if C.ibv_query_qp(qp, &qa, C.IBV_QP_CAP, &qia) == 0 {
+		q.cap.MaxSendSGE = max(q.cap.MaxSendSGE, int(qa.cap.max_send_sge))
+		q.cap.MaxRecvSGE = max(q.cap.MaxRecvSGE, int(qa.cap.max_recv_sge))
+		q.cap.MaxInlineData = max(q.cap.MaxInlineData, int(qa.cap.max_inline_data))
+	}
 	q.init.Cap = q.cap
 	q.ssge = make([]C.struct_ibv_sge, batch*max(q.cap.MaxSendSGE, 1))
 	if q.cap.MaxInlineData > 0 {
-		q.inl = make([]byte, batch*q.cap.MaxInlineData)
-		q.pin.Pin(&q.inl[0])
+		// C memory, which SGEs may name by address (a QP dropped without
+		// Destroy leaks it, as it leaks the device's QP).
+		q.inl = unsafe.Slice((*byte)(C.malloc(C.size_t(batch*q.cap.MaxInlineData))), batch*q.cap.MaxInlineData)
 	}
+	q.iwarp = p.ctx.dev.transport == verbs.TransportIWARP
+	p.ctx.qps.Store(q.Num(), q)
 	q.recv.init(q.ptr, false, q.cap.MaxRecvSGE)
 	return q, nil
 }
@@ -252,6 +268,9 @@ func (q *queuePair) PostRecv(wr []verbs.RecvWR) error {
 
 // refreshState asks the device for the QP's state and caches it.
 func (q *queuePair) refreshState() verbs.QPState {
+	if q.iwarp {
+		return verbs.QPState(q.state.Load())
+	}
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
 	if C.ibv_query_qp(q.qp, &a, C.IBV_QP_STATE, &ia) != 0 {
@@ -347,7 +366,12 @@ func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 		RetryCnt: uint8(a.retry_cnt), RnrRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
 		AltTimeout: uint8(a.alt_timeout),
 	}
-	q.state.Store(uint32(v.QPState))
+	if q.iwarp {
+		v.QPState = verbs.QPState(q.state.Load())
+		v.CurQPState = v.QPState
+	} else {
+		q.state.Store(uint32(v.QPState))
+	}
 	init := q.init
 	init.Cap = v.Cap
 	return v, init, nil
@@ -368,7 +392,11 @@ func (q *queuePair) Destroy() error {
 	}
 	q.dead, q.recv.dead = true, true
 	handles.Delete(q.handle)
-	q.pin.Unpin()
+	q.ctx.qps.CompareAndDelete(q.Num(), q)
+	if q.inl != nil {
+		C.free(unsafe.Pointer(unsafe.SliceData(q.inl)))
+		q.inl = nil
+	}
 	return nil
 }
 
@@ -442,7 +470,10 @@ func (r *recvPoster) post(wr []verbs.RecvWR, postErr func(string, C.int) error) 
 
 // sharedRQ is a shared receive queue (struct ibv_srq).
 type sharedRQ struct {
-	v      *verbs.SRQ
+	v *verbs.SRQ
+	// attr is what the SRQ was created and modified with, for devices
+	// whose provider has no ibv_query_srq (siw): Query reports it then.
+	attr   verbs.SRQAttr
 	srq    *C.struct_ibv_srq
 	handle uint64
 	recv   recvPoster
@@ -470,6 +501,7 @@ func (p *protDomain) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SR
 		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", attr.Attr), errnoOf(err))
 	}
 	s.srq = srq
+	s.attr = verbs.SRQAttr{MaxWR: int(ia.attr.max_wr), MaxSGE: int(ia.attr.max_sge), SRQLimit: attr.Attr.SRQLimit}
 	s.recv.init(C.gv_ptr(unsafePointer(srq)), true, int(ia.attr.max_sge))
 	return s, nil
 }
@@ -496,6 +528,12 @@ func (s *sharedRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	if rc := C.ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
 		return errnoErr("ibv_modify_srq", errnoFromRC(rc))
 	}
+	if mask&verbs.SRQAttrLimit != 0 {
+		s.attr.SRQLimit = attr.SRQLimit
+	}
+	if mask&verbs.SRQAttrMaxWR != 0 {
+		s.attr.MaxWR = attr.MaxWR
+	}
 	return nil
 }
 
@@ -507,6 +545,9 @@ func (s *sharedRQ) Query() (verbs.SRQAttr, error) {
 	}
 	var a C.struct_ibv_srq_attr
 	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
+		if e := errnoFromRC(rc); e == C.EOPNOTSUPP || e == C.ENOSYS {
+			return s.attr, nil
+		}
 		return verbs.SRQAttr{}, errnoErr("ibv_query_srq", errnoFromRC(rc))
 	}
 	return verbs.SRQAttr{MaxWR: int(a.max_wr), MaxSGE: int(a.max_sge), SRQLimit: int(a.srq_limit)}, nil

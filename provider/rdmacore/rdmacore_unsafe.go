@@ -100,6 +100,10 @@ func (d *device) Open() (driver.Context, error) {
 		C.ibv_close_device(c)
 		return nil, err
 	}
+	ctx.events, ctx.pumpDone = make(chan verbs.AsyncEvent, eventQueue), make(chan struct{})
+	var pctx context.Context
+	pctx, ctx.stopPump = context.WithCancel(context.Background())
+	go ctx.pump(pctx)
 	return ctx, nil
 }
 
@@ -205,11 +209,16 @@ func lookup[T any](h uint64) T {
 
 // devContext is an opened device (struct ibv_context).
 type devContext struct {
-	c      *C.struct_ibv_context
-	dev    *device
-	attr   verbs.DeviceAttr
-	async  *fdWaiter
-	closed atomic.Bool
+	c        *C.struct_ibv_context
+	dev      *device
+	attr     verbs.DeviceAttr
+	async    *fdWaiter
+	qps      sync.Map // QP number -> *queuePair, for iWARP state tracking
+	events   chan verbs.AsyncEvent
+	dropped  atomic.Int64
+	stopPump context.CancelFunc
+	pumpDone chan struct{}
+	closed   atomic.Bool
 }
 
 func (c *devContext) QueryDevice() verbs.DeviceAttr { return c.attr }
@@ -265,7 +274,46 @@ func (c *devContext) AllocPD(v *verbs.PD) (driver.PD, error) {
 	return &protDomain{pd: pd, ctx: c}, nil
 }
 
+// AsyncEvent returns the next asynchronous event. A goroutine per context
+// (pump) reads them from the device as they come, so that the state goverbs
+// keeps for a QP follows its errors even when the application reads no
+// events (an iWARP device does not report a QP's state; see queuePair).
 func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	select {
+	case ev := <-c.events:
+		return ev, nil
+	default:
+	}
+	select {
+	case ev := <-c.events:
+		return ev, nil
+	case <-ctx.Done():
+		return verbs.AsyncEvent{}, ctx.Err()
+	case <-c.pumpDone:
+		return verbs.AsyncEvent{}, fmt.Errorf("%w: context closed", verbs.ErrClosed)
+	}
+}
+
+// eventQueue is how many events wait for the application; beyond it the
+// newest are dropped (and counted), as a device's event queue overflows.
+const eventQueue = 1024
+
+func (c *devContext) pump(ctx context.Context) {
+	defer close(c.pumpDone)
+	for {
+		ev, err := c.readEvent(ctx)
+		if err != nil {
+			return
+		}
+		select {
+		case c.events <- ev:
+		default:
+			c.dropped.Add(1)
+		}
+	}
+}
+
+func (c *devContext) readEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	var ev verbs.AsyncEvent
 	err := c.async.wait(ctx, func() (bool, error) {
 		var a C.struct_gv_async
@@ -280,6 +328,10 @@ func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 		switch o := lookupAny(uint64(a.handle)).(type) {
 		case *queuePair:
 			ev.QP = o.v
+			switch ev.Type {
+			case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr:
+				o.state.Store(uint32(verbs.QPSErr))
+			}
 		case *complQueue:
 			ev.CQ = o.v
 			if ev.Type == verbs.EventCQErr {
@@ -305,6 +357,8 @@ func (c *devContext) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.stopPump()
+	<-c.pumpDone
 	c.async.close()
 	if rc := C.ibv_close_device(c.c); rc != 0 {
 		return errnoErr("ibv_close_device", errnoFromRC(rc))
@@ -351,6 +405,11 @@ type memRegion struct {
 	pin runtime.Pinner
 }
 
+// liveMRs holds every region until Dereg: a region dropped without Dereg
+// stays registered (as in C) instead of its Pinner being collected while
+// pinned, which the runtime treats as a fatal error.
+var liveMRs sync.Map
+
 func (p *protDomain) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (driver.MR, error) {
 	if err := p.hold(); err != nil {
 		return nil, err
@@ -371,6 +430,7 @@ func (p *protDomain) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.Ac
 		return nil, memlockErr(len(buf), errnoOf(err))
 	}
 	m.mr = mr
+	liveMRs.Store(m, struct{}{})
 	return m, nil
 }
 
@@ -382,6 +442,7 @@ func (m *memRegion) Dereg() error {
 		return errnoErr("ibv_dereg_mr", errnoFromRC(rc))
 	}
 	m.pin.Unpin()
+	liveMRs.Delete(m)
 	return nil
 }
 
