@@ -252,8 +252,39 @@ var deviations = map[string]map[string]string{
 		"SQDDrainsAndRaisesEvent": "IBV_EVENT_SQ_DRAINED is raised without en_sqd_async_notify, and an idle QP " +
 			"moved to SQD does not complete a send posted after it",
 	},
-	"siw": {},
+	"siw": {
+		"ReqNotifySolicitedOnly": "a CQ armed for solicited completions raises no event for a receive of a " +
+			"message sent with the solicited flag",
+		"WrongLKeyGivesLocProtErr":        siwLocErr,
+		"SGEOutsideRegionGivesLocProtErr": siwLocErr,
+		"LKeyOfOtherPDGivesLocProtErr":    siwLocErr,
+		"DeregisteredMRKeyStopsWorking": siwLocErr + "; " + siwResponder + "; a READ from a deregistered region " +
+			"did not complete within 10 s",
+		"RecvSGEWrongKeyGivesLocProtErrAndRemOpErr":     siwResponder,
+		"RecvBufferTooSmallGivesLocLenErr":              siwResponder,
+		"RemoteWriteWrongRKeyGivesRemAccessErr":         siwResponder,
+		"RemoteWriteWithoutPermissionGivesRemAccessErr": siwResponder,
+		"RemoteWriteOutsideRegionGivesRemAccessErr":     siwResponder,
+		"RemoteReadWithoutPermissionGivesRemAccessErr":  siwResponder,
+		"QPAccessFlagsDenyRemoteWrite":                  siwResponder + "; " + siwQuery,
+		"QueryReportsAttributes":                        siwQuery,
+		"ReadSinkWithoutLocalWriteGivesLocProtErr": "an RDMA READ into a region without local write access " +
+			"completes with LOC_PROT_ERR but the requests after it are not flushed within 10 s",
+		"ErrStatePostCompletesWithFlush": "a send posted to a QP in ERR is accepted but does not complete with WR_FLUSH_ERR",
+		"DestroyedQPRejectsPosts": "ibv_destroy_qp flushes the QP's receives into its CQ (WR_FLUSH_ERR " +
+			"completions after Destroy) instead of discarding them",
+		"DeviceAttributesAndPort": "max_pkeys is 0 (iWARP has no P_Keys)",
+	},
 }
+
+const (
+	siwLocErr = "a request whose SGE has an invalid lkey or lies outside its region completes with " +
+		"LOC_QP_OP_ERR, and the requests after it are not flushed within 10 s"
+	siwResponder = "the responder QP of a failed request is not moved to ERR: it raises no asynchronous event " +
+		"and flushes nothing (the requester's status is right)"
+	siwQuery = "ibv_query_qp reports fixed access flags (LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ) and rnr_retry 0, " +
+		"not those set with ibv_modify_qp"
+)
 
 const (
 	rxeLocQPOp = "a request whose SGE has an invalid lkey completes with LOC_QP_OP_ERR, not LOC_PROT_ERR"

@@ -506,6 +506,13 @@ func (p *protDomain) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SR
 	return s, nil
 }
 
+// limitFired records that the limit event disarmed the limit.
+func (s *sharedRQ) limitFired() {
+	s.life.Lock()
+	s.attr.SRQLimit = 0
+	s.life.Unlock()
+}
+
 func (s *sharedRQ) PostRecv(wr []verbs.RecvWR) error {
 	return s.recv.post(wr, func(call string, rc C.int) error {
 		if e := errnoFromRC(rc); e == C.ENOMEM {

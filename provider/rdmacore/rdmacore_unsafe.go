@@ -339,6 +339,9 @@ func (c *devContext) readEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 			}
 		case *sharedRQ:
 			ev.SRQ = o.v
+			if ev.Type == verbs.EventSRQLimitReached {
+				o.limitFired()
+			}
 		}
 		return true, nil
 	})
