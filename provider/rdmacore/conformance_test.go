@@ -26,9 +26,7 @@ func testDevices(t testing.TB) []string {
 	if env := os.Getenv("GOVERBS_RDMACORE_DEV"); env != "" {
 		names = strings.Split(env, ",")
 	} else {
-		for _, d := range rdmacore.DeviceNames() {
-			names = append(names, d)
-		}
+		names = rdmacore.DeviceNames()
 	}
 	if len(names) == 0 {
 		t.Skip("no rdma-core device (GOVERBS_RDMACORE_DEV unset and ibv_get_device_list empty)")
