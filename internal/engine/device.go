@@ -49,6 +49,10 @@ type Device struct {
 	qps   map[uint32]*QP
 	qpn   uint32
 	qpOrd uint64
+
+	cntMu     sync.Mutex
+	goneCnt   verbs.QPCounters // of destroyed QPs
+	overflows atomic.Uint64    // CQs that overflowed
 }
 
 // NewDevice creates a device.

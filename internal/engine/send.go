@@ -449,6 +449,7 @@ func (q *QP) retire() {
 		if w.state != wqeDone {
 			break
 		}
+		q.countSend(w)
 		if w.signaled || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
 			switch {
