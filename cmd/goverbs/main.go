@@ -5,6 +5,7 @@
 //	goverbs demo [-n ITERS]  loopback demo and benchmark over the loop provider
 //	goverbs ping -s|-c ...   rping over iWARP (interoperates with rdma-core's rping)
 //	goverbs perf TEST ...    perftest-style latency and bandwidth tests over iWARP
+//	goverbs stat COMMAND ... run a command, then print the device counters
 //
 // Flags are GNU-style and may come before or after the other arguments, as
 // with perftest and rping (-s 4096, --size=4096, -vV); the spellings of
@@ -62,6 +63,8 @@ func run(args []string) int {
 		err = ping(args[1:])
 	case "perf":
 		err = perfCmd(args[1:])
+	case "stat":
+		err = stat(args[1:])
 	case "-h", "-help", "--help", "help":
 		usage(helpOut)
 		return 0
@@ -98,6 +101,9 @@ commands:
   perf [TEST [SERVER] [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [--json] [--server]]
                     perftest-style send/write/read/atomic latency and bandwidth;
                     with no SERVER, both ends in this process (loopback)
+  stat [--json] COMMAND [ARGS...]
+                    run a command, then print the counters of the devices it
+                    used (messages and bytes per opcode, errors, retransmits)
 
 Flags may come before or after the other arguments; goverbs COMMAND -h
 describes each.

@@ -43,11 +43,16 @@ const DefaultWaitSpin = 20 * time.Microsecond
 // Device is a software device. Its region table and QP numbers are shared by
 // every context opened on it, as on a real adapter.
 type Device struct {
-	cfg  Config
-	mrs  mrTable
-	qpmu sync.RWMutex
-	qps  map[uint32]*QP
-	qpn  uint32
+	cfg   Config
+	mrs   mrTable
+	qpmu  sync.RWMutex
+	qps   map[uint32]*QP
+	qpn   uint32
+	qpOrd uint64
+
+	cntMu     sync.Mutex
+	goneCnt   verbs.QPCounters // of destroyed QPs
+	overflows atomic.Uint64    // CQs that overflowed
 }
 
 // NewDevice creates a device.
@@ -120,6 +125,8 @@ func (d *Device) addQP(q *QP) error {
 		}
 	}
 	q.num = d.qpn
+	d.qpOrd++
+	q.ord = d.qpOrd
 	d.qps[q.num] = q
 	return nil
 }
