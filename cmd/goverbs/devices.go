@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	_ "github.com/goverbs/goverbs/provider/loop"
+	_ "github.com/goverbs/goverbs/provider/rdmacore" // real devices, in a build with -tags rdmacore
 	"github.com/goverbs/goverbs/verbs"
 )
 
