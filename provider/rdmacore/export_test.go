@@ -10,3 +10,12 @@ var WCLayout = wcLayout
 
 // GoWCLayout is goWCLayout.
 var GoWCLayout = goWCLayout
+
+// CWriteLoop is cWriteLoop, the benchmarks' C baseline.
+var CWriteLoop = cWriteLoop
+
+// CPollEmpty is cPollEmpty.
+var CPollEmpty = cPollEmpty
+
+// CgoNop is cgoNop.
+var CgoNop = cgoNop

@@ -373,4 +373,46 @@ static inline const char *gv_cm_device_name(uint64_t id) {
 	return c->verbs ? ibv_get_device_name(c->verbs->device) : "";
 }
 
+// gv_bench_write is the C baseline of the post/poll benchmark: n times,
+// one signaled RDMA WRITE posted and its completion polled, all in C.
+static inline int gv_bench_write(uint64_t qpp, uint64_t cqp, int n, struct ibv_sge *sge, uint64_t raddr, uint32_t rkey) {
+	struct ibv_qp *qp = (struct ibv_qp *)(uintptr_t)qpp;
+	struct ibv_cq *cq = (struct ibv_cq *)(uintptr_t)cqp;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+	int i, k;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	for (i = 0; i < n; i++) {
+		wr.wr_id = i;
+		if (ibv_post_send(qp, &wr, &bad))
+			return -1;
+		do {
+			k = ibv_poll_cq(cq, 1, &wc);
+		} while (k == 0);
+		if (k < 0 || wc.status != IBV_WC_SUCCESS)
+			return -2;
+	}
+	return 0;
+}
+
+// gv_bench_poll_empty polls an empty CQ n times in C (the baseline of a
+// poll that finds nothing); it returns how many completions it found.
+static inline int gv_bench_poll_empty(uint64_t cqp, int n) {
+	struct ibv_cq *cq = (struct ibv_cq *)(uintptr_t)cqp;
+	struct ibv_wc wc[16];
+	int i, found = 0;
+	for (i = 0; i < n; i++)
+		found += ibv_poll_cq(cq, 16, wc);
+	return found;
+}
+
+// gv_nop does nothing: the benchmark of one cgo crossing calls it.
+static inline int gv_nop(int x) { return x; }
+
 #endif
