@@ -7,6 +7,16 @@
 // (TCP; interoperates with Linux siw and librdmacm programs);
 // "roce://host:port" the RoCEv2 provider (IB CM over UDP; interoperates
 // with Linux rxe and RoCE NICs); "unix:/path" or "unix:@name" shared memory.
+//
+// Real RDMA devices: in a program built with the tag rdmacore (provider
+// rdmacore), "rdma://host:port" connects through the kernel's rdma_cm
+// (librdmacm) on the RDMA device the kernel routes the address to (rxe0,
+// siw0, mlx5_0, ...), and an address without a scheme goes to the
+// kernel's CM when an RDMA device serves it (the local address to listen
+// on, or the route to the peer, is on an RDMA device's interface), and to
+// goverbs' iWARP over TCP otherwise. GOVERBS_CM=kernel sends every
+// scheme-less address to the kernel's CM, GOVERBS_CM=goverbs none;
+// "tcp://" always means goverbs' iWARP. Without the tag nothing changes.
 // A RoCE connection leaves from the device of the local address the route
 // chooses, or of the one given to CreateIDFrom or DialFrom; a listener is
 // on its own address's device.
@@ -31,13 +41,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 
 	"github.com/goverbs/goverbs/internal/cm"
-	_ "github.com/goverbs/goverbs/provider/iwarp" // the "tcp" transport
-	_ "github.com/goverbs/goverbs/provider/roce"  // the "roce" transport
-	_ "github.com/goverbs/goverbs/provider/shm"   // the "unix" transport
+	_ "github.com/goverbs/goverbs/provider/iwarp"    // the "tcp" transport
+	_ "github.com/goverbs/goverbs/provider/rdmacore" // the "rdma" transport, in a build with its tag
+	_ "github.com/goverbs/goverbs/provider/roce"     // the "roce" transport
+	_ "github.com/goverbs/goverbs/provider/shm"      // the "unix" transport
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -94,6 +106,17 @@ func transportFor(addr string) (cm.Transport, string, error) {
 		scheme, rest = addr[:i], addr[i+3:]
 	} else if strings.HasPrefix(addr, "unix:") {
 		scheme, rest = "unix", strings.TrimPrefix(addr, "unix:")
+	} else if k, ok := cm.Lookup("rdma"); ok {
+		// The kernel's CM (see the package doc): forced, or when it claims addr.
+		switch os.Getenv("GOVERBS_CM") {
+		case "kernel":
+			scheme = "rdma"
+		case "goverbs":
+		default:
+			if c, ok := k.(cm.Claimer); ok && c.Claims(rest) {
+				scheme = "rdma"
+			}
+		}
 	}
 	t, ok := cm.Lookup(scheme)
 	if !ok {

@@ -66,6 +66,13 @@ type Router interface {
 	DeviceFor(addr string, listen bool) (string, error)
 }
 
+// Claimer is a Transport that also serves addresses written without a
+// scheme when it claims them: the kernel's rdma_cm (provider rdmacore, in
+// a build with its tag) claims the addresses an RDMA device serves.
+type Claimer interface {
+	Claims(addr string) bool
+}
+
 // UDResolver is a Transport that also serves rdma_cm's UDP port space:
 // a UD QP learns the number and Q_Key of the UD QP that serves an address
 // (IB's service ID resolution, SIDR), with private data both ways.

@@ -148,8 +148,8 @@ func connectPair(ctx context.Context, a, b *verbs.QP, ip netip.Addr, attr verbs.
 	if _, err := p.ach.expect(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
 		return nil, err
 	}
-	rr, id := C.int(attr.MaxDestRdAtomic), C.int(attr.MaxRdAtomic)
-	if err := cmErr("rdma_connect", C.gv_cm_connect(aid, C.uint32_t(a.Num()), rr, id)); err != nil {
+	cp := C.struct_gv_conn_param{qpn: C.uint32_t(a.Num()), rr: C.uint8_t(attr.MaxDestRdAtomic), idepth: C.uint8_t(attr.MaxRdAtomic), retry: 7, rnr_retry: 7}
+	if err := cmErr("rdma_connect", C.gv_cm_connect(aid, &cp, nil)); err != nil {
 		return nil, err
 	}
 	req, err := p.lch.expect(ctx, C.RDMA_CM_EVENT_CONNECT_REQUEST)
@@ -166,7 +166,8 @@ func connectPair(ctx context.Context, a, b *verbs.QP, ip netip.Addr, attr verbs.
 			}
 		}
 	}
-	if err := cmErr("rdma_accept", C.gv_cm_accept(pid, C.uint32_t(b.Num()), rr, id)); err != nil {
+	cp.qpn = C.uint32_t(b.Num())
+	if err := cmErr("rdma_accept", C.gv_cm_accept(pid, &cp, nil)); err != nil {
 		return nil, err
 	}
 	ev, err := p.ach.next(ctx)

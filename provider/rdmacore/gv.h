@@ -258,7 +258,9 @@ struct gv_cm_event {
 	uint64_t listen_id;
 	uint8_t responder_resources;
 	uint8_t initiator_depth;
+	uint8_t pd_len;
 	uint32_t qp_num;
+	uint8_t pd[256];
 };
 
 static inline int gv_cm_next(struct rdma_event_channel *ch, struct gv_cm_event *out) {
@@ -272,11 +274,16 @@ static inline int gv_cm_next(struct rdma_event_channel *ch, struct gv_cm_event *
 	out->responder_resources = 0;
 	out->initiator_depth = 0;
 	out->qp_num = 0;
+	out->pd_len = 0;
 	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST || ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE ||
-	    ev->event == RDMA_CM_EVENT_ESTABLISHED) {
+	    ev->event == RDMA_CM_EVENT_ESTABLISHED || ev->event == RDMA_CM_EVENT_REJECTED) {
 		out->responder_resources = ev->param.conn.responder_resources;
 		out->initiator_depth = ev->param.conn.initiator_depth;
 		out->qp_num = ev->param.conn.qp_num;
+		if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+			out->pd_len = ev->param.conn.private_data_len;
+			memcpy(out->pd, ev->param.conn.private_data, out->pd_len);
+		}
 	}
 	rdma_ack_cm_event(ev);
 	return 0;
@@ -322,25 +329,67 @@ static inline int gv_cm_resolve_route(uint64_t id, int ms) {
 	return rdma_resolve_route(GV_ID(id), ms) ? (errno ? errno : EIO) : 0;
 }
 
-static inline void gv_cm_param(struct rdma_conn_param *p, uint32_t qpn, int rr, int idepth) {
+// gv_conn_param is struct rdma_conn_param in plain fields; pd is the
+// private data (Go memory, read during the call only).
+struct gv_conn_param {
+	uint32_t qpn;
+	uint8_t rr, idepth, retry, rnr_retry;
+	uint8_t pd_len;
+};
+
+static inline void gv_cm_param(struct rdma_conn_param *p, const struct gv_conn_param *g, const uint8_t *pd) {
 	memset(p, 0, sizeof(*p));
-	p->qp_num = qpn;
-	p->responder_resources = (uint8_t)rr;
-	p->initiator_depth = (uint8_t)idepth;
-	p->retry_count = 7;
-	p->rnr_retry_count = 7;
+	p->qp_num = g->qpn;
+	p->responder_resources = g->rr;
+	p->initiator_depth = g->idepth;
+	p->retry_count = g->retry;
+	p->rnr_retry_count = g->rnr_retry;
+	p->private_data = g->pd_len ? pd : NULL;
+	p->private_data_len = g->pd_len;
 }
 
-static inline int gv_cm_connect(uint64_t id, uint32_t qpn, int rr, int idepth) {
+static inline int gv_cm_connect(uint64_t id, const struct gv_conn_param *g, const uint8_t *pd) {
 	struct rdma_conn_param p;
-	gv_cm_param(&p, qpn, rr, idepth);
+	gv_cm_param(&p, g, pd);
 	return rdma_connect(GV_ID(id), &p) ? (errno ? errno : EIO) : 0;
 }
 
-static inline int gv_cm_accept(uint64_t id, uint32_t qpn, int rr, int idepth) {
+static inline int gv_cm_accept(uint64_t id, const struct gv_conn_param *g, const uint8_t *pd) {
 	struct rdma_conn_param p;
-	gv_cm_param(&p, qpn, rr, idepth);
+	gv_cm_param(&p, g, pd);
 	return rdma_accept(GV_ID(id), &p) ? (errno ? errno : EIO) : 0;
+}
+
+static inline int gv_cm_reject(uint64_t id, const uint8_t *pd, int len) {
+	return rdma_reject(GV_ID(id), len ? pd : NULL, (uint8_t)len) ? (errno ? errno : EIO) : 0;
+}
+
+static inline int gv_cm_migrate(uint64_t id, struct rdma_event_channel *ch) {
+	return rdma_migrate_id(GV_ID(id), ch) ? (errno ? errno : EIO) : 0;
+}
+
+// gv_cm_bind binds id to ip:port without listening (to learn the device).
+static inline int gv_cm_bind(uint64_t id, const uint8_t *ip4, uint16_t port) {
+	struct sockaddr_in sin;
+	gv_sin(&sin, ip4, port);
+	return rdma_bind_addr(GV_ID(id), (struct sockaddr *)&sin) ? (errno ? errno : EIO) : 0;
+}
+
+// gv_cm_addrs copies id's local and peer IPv4 addresses and ports.
+static inline void gv_cm_addrs(uint64_t id, uint8_t *lip, uint16_t *lport, uint8_t *rip, uint16_t *rport) {
+	struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(GV_ID(id));
+	struct sockaddr_in *r = (struct sockaddr_in *)rdma_get_peer_addr(GV_ID(id));
+	memset(lip, 0, 4);
+	memset(rip, 0, 4);
+	*lport = *rport = 0;
+	if (l && l->sin_family == AF_INET) {
+		memcpy(lip, &l->sin_addr, 4);
+		*lport = ntohs(l->sin_port);
+	}
+	if (r && r->sin_family == AF_INET) {
+		memcpy(rip, &r->sin_addr, 4);
+		*rport = ntohs(r->sin_port);
+	}
 }
 
 static inline int gv_cm_establish(uint64_t id) {
