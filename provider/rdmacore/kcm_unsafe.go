@@ -464,12 +464,12 @@ type kConn struct {
 	local    net.Addr
 	remote   net.Addr
 
-	done   chan struct{}
-	mu     sync.Mutex
-	err    error
-	byUs   bool // Disconnect was called
-	freed  bool // the CM ID was destroyed (under mu)
-	stop   context.CancelFunc
+	done  chan struct{}
+	mu    sync.Mutex
+	err   error
+	byUs  bool // Disconnect was called
+	freed bool // the CM ID was destroyed (under mu)
+	stop  context.CancelFunc
 }
 
 func newKConn(id C.uint64_t, ch *cmChannel, q *queuePair, pd []byte, ird, ord int) *kConn {

@@ -100,10 +100,7 @@ func (d *device) Open() (driver.Context, error) {
 		C.ibv_close_device(c)
 		return nil, err
 	}
-	ctx.events, ctx.pumpDone = make(chan verbs.AsyncEvent, eventQueue), make(chan struct{})
-	var pctx context.Context
-	pctx, ctx.stopPump = context.WithCancel(context.Background())
-	go ctx.pump(pctx)
+
 	return ctx, nil
 }
 
@@ -209,16 +206,12 @@ func lookup[T any](h uint64) T {
 
 // devContext is an opened device (struct ibv_context).
 type devContext struct {
-	c        *C.struct_ibv_context
-	dev      *device
-	attr     verbs.DeviceAttr
-	async    *fdWaiter
-	qps      sync.Map // QP number -> *queuePair, for iWARP state tracking
-	events   chan verbs.AsyncEvent
-	dropped  atomic.Int64
-	stopPump context.CancelFunc
-	pumpDone chan struct{}
-	closed   atomic.Bool
+	c      *C.struct_ibv_context
+	dev    *device
+	attr   verbs.DeviceAttr
+	async  *fdWaiter
+	qps    sync.Map // QP number -> *queuePair, for iWARP state tracking
+	closed atomic.Bool
 }
 
 func (c *devContext) QueryDevice() verbs.DeviceAttr { return c.attr }
@@ -274,43 +267,12 @@ func (c *devContext) AllocPD(v *verbs.PD) (driver.PD, error) {
 	return &protDomain{pd: pd, ctx: c}, nil
 }
 
-// AsyncEvent returns the next asynchronous event. A goroutine per context
-// (pump) reads them from the device as they come, so that the state goverbs
-// keeps for a QP follows its errors even when the application reads no
-// events (an iWARP device does not report a QP's state; see queuePair).
+// AsyncEvent returns the next asynchronous event, read from the device's
+// descriptor (waited on in the netpoller). Reading an event also updates
+// what goverbs keeps of its object: an iWARP QP's state, a CQ in error, an
+// SRQ's disarmed limit.
 func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
-	select {
-	case ev := <-c.events:
-		return ev, nil
-	default:
-	}
-	select {
-	case ev := <-c.events:
-		return ev, nil
-	case <-ctx.Done():
-		return verbs.AsyncEvent{}, ctx.Err()
-	case <-c.pumpDone:
-		return verbs.AsyncEvent{}, fmt.Errorf("%w: context closed", verbs.ErrClosed)
-	}
-}
-
-// eventQueue is how many events wait for the application; beyond it the
-// newest are dropped (and counted), as a device's event queue overflows.
-const eventQueue = 1024
-
-func (c *devContext) pump(ctx context.Context) {
-	defer close(c.pumpDone)
-	for {
-		ev, err := c.readEvent(ctx)
-		if err != nil {
-			return
-		}
-		select {
-		case c.events <- ev:
-		default:
-			c.dropped.Add(1)
-		}
-	}
+	return c.readEvent(ctx)
 }
 
 func (c *devContext) readEvent(ctx context.Context) (verbs.AsyncEvent, error) {
@@ -360,8 +322,6 @@ func (c *devContext) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.stopPump()
-	<-c.pumpDone
 	c.async.close()
 	if rc := C.ibv_close_device(c.c); rc != 0 {
 		return errnoErr("ibv_close_device", errnoFromRC(rc))
