@@ -239,7 +239,7 @@ func pingClient(addr string, o *pingOpts) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	o.dbg("client connected to %v over %s", id.RemoteAddr(), o.dev)
+	o.dbg("client connected to %v over %s", id.RemoteAddr(), id.Context().Device().Name())
 	for ping := 0; o.count == 0 || ping < o.count; ping++ {
 		pingData(e.startBuf, ping)
 		if err := e.sendInfo(e.startBuf, e.startMR); err != nil {
@@ -301,7 +301,7 @@ func pingServer(addr string, o *pingOpts) error {
 		return err
 	}
 	defer ln.Close()
-	o.dbg("server listening on %v (%s)", ln.LocalAddr(), o.dev)
+	o.dbg("server listening on %v (%s)", ln.LocalAddr(), ln.Context().Device().Name())
 	req, err := ln.GetRequest(context.Background())
 	if err != nil {
 		return err
