@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/provider/rdmacore"
 	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/rdmacm"
 )
@@ -97,6 +98,11 @@ func perfDevice(name string) (provider, what string, ok bool) {
 	}
 	if _, ok := roce.DeviceAddr(name); ok {
 		return "roce", "RoCEv2 over UDP", true
+	}
+	// An rdma-core device (a build with -tags rdmacore): connections go
+	// through the kernel's rdma_cm, by the address of its interface.
+	if _, ok := rdmacore.DeviceAddr(name); ok {
+		return "rdmacore", "rdma-core, the kernel's driver", true
 	}
 	return "", "", false
 }
@@ -181,12 +187,15 @@ func parsePerf(args []string) (*perfRun, error) {
 		*dev, r.dev = name, name
 	}
 	prov, _, ok := perfDevice(*dev)
-	if prov == "roce" {
+	switch prov {
+	case "roce":
 		local, _ = roce.DeviceAddr(*dev)
+	case "rdmacore":
+		local, _ = rdmacore.DeviceAddr(*dev)
 	}
 	switch {
 	case !ok:
-		return bad("device %q: iwarp0, shm0 or a RoCE device (see goverbs devices)", *dev)
+		return bad("device %q: iwarp0, shm0, a RoCE device or an rdma-core device (see goverbs devices)", *dev)
 	case *server && peer != "":
 		return bad("--server and SERVER %q: a server waits, a client connects: give one", peer)
 	case *port < 0 || *port > 65535:
@@ -259,6 +268,13 @@ func parsePerf(args []string) (*perfRun, error) {
 	// Addresses.
 	p := strconv.Itoa(*port)
 	switch {
+	case prov == "rdmacore" && strings.HasPrefix(peer, "unix:"):
+		return bad("SERVER %s: a unix: address is for -d shm0", peer)
+	case prov == "rdmacore" && peer != "":
+		r.dial = "rdma://" + net.JoinHostPort(peer, p)
+	case prov == "rdmacore":
+		// The kernel's CM listens on the device's address.
+		r.listen = "rdma://" + net.JoinHostPort(local.String(), p)
 	case prov == "roce" && strings.HasPrefix(peer, "unix:"):
 		return bad("SERVER %s: a unix: address is for -d shm0", peer)
 	case prov == "roce" && peer != "":

@@ -5,7 +5,6 @@ package rdmacore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -46,7 +45,7 @@ func openDev(t testing.TB, name string) *verbs.Context {
 
 // deviceAddr is the IPv4 address of the network interface under dev, which
 // the iWARP fixture's CM listens on: GOVERBS_RDMACORE_ADDR_<dev>, or the
-// first IPv4 address of the interface sysfs names as the device's parent.
+// device's netdev's first IPv4 address (rdmacore.DeviceAddr).
 func deviceAddr(t testing.TB, dev string) netip.Addr {
 	t.Helper()
 	if s := os.Getenv("GOVERBS_RDMACORE_ADDR_" + dev); s != "" {
@@ -56,28 +55,11 @@ func deviceAddr(t testing.TB, dev string) netip.Addr {
 		}
 		return a
 	}
-	var ifname string
-	for _, f := range []string{"/sys/class/infiniband/" + dev + "/parent", "/sys/class/infiniband/" + dev + "/ports/1/gid_attrs/ndevs/0"} {
-		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			ifname = strings.TrimSpace(string(b))
-			break
-		}
+	a, ok := rdmacore.DeviceAddr(dev)
+	if !ok {
+		t.Fatalf("%s: no IPv4 address found for its network interface; set GOVERBS_RDMACORE_ADDR_%s", dev, dev)
 	}
-	if ifname == "" {
-		t.Fatalf("%s: no network interface found in sysfs; set GOVERBS_RDMACORE_ADDR_%s", dev, dev)
-	}
-	ifc, err := net.InterfaceByName(ifname)
-	if err != nil {
-		t.Fatalf("%s: interface %s: %v", dev, ifname, err)
-	}
-	addrs, _ := ifc.Addrs()
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-			return p.Addr()
-		}
-	}
-	t.Fatalf("%s: interface %s has no IPv4 address", dev, ifname)
-	return netip.Addr{}
+	return a
 }
 
 // fixture runs the provider-independent suite over one rdma-core device:
