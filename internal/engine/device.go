@@ -35,6 +35,9 @@ type Config struct {
 	// the system calls of a wake-up, and an idle CQ still costs no CPU.
 	// Zero means DefaultWaitSpin; negative, no spin.
 	WaitSpin time.Duration
+	// OwnCapture says the transport records its real packets for package
+	// capture (roce): the engine synthesizes none for the device.
+	OwnCapture bool
 }
 
 // DefaultWaitSpin is Config.WaitSpin's default.
