@@ -188,12 +188,14 @@ func soakConn(ctx context.Context, addr string, key uint64, rng *rand.Rand, st *
 	qp := id.QP()
 	// wait takes the completion of a request: a lost one (none in 10 s) is
 	// counted; an error ends the connection.
-	wait := func(get func(context.Context) (verbs.WC, error)) error {
+	var round uint64
+	wait := func(get func(context.Context) (verbs.WC, error), what string) error {
 		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		wc, err := get(c)
 		if err != nil {
 			st.lost.Add(1)
+			fmt.Fprintf(os.Stderr, "soak: lost: connection %#x round %d: no %s completion: %v (QP %v)\n", key, round, what, err, qp.State())
 			return fmt.Errorf("%w: %v", errSoakConn, err)
 		}
 		if wc.Status != verbs.WCSuccess {
@@ -203,7 +205,7 @@ func soakConn(ctx context.Context, addr string, key uint64, rng *rand.Rand, st *
 		return nil
 	}
 	off := func(b []byte) uint64 { return mr.Addr() + uint64(len(buf)-cap(b)) } // the address of a subslice of buf
-	for round := uint64(0); ; round++ {
+	for ; ; round++ {
 		if ctx.Err() != nil || rng.IntN(50) == 0 {
 			return nil // close it and dial again
 		}
@@ -224,11 +226,11 @@ func soakConn(ctx context.Context, addr string, key uint64, rng *rand.Rand, st *
 			return fmt.Errorf("%w: %v", errSoakConn, err)
 		}
 		for range 2 {
-			if err := wait(id.GetSendComp); err != nil {
+			if err := wait(id.GetSendComp, "send"); err != nil {
 				return err
 			}
 		}
-		if err := wait(id.GetRecvComp); err != nil {
+		if err := wait(id.GetRecvComp, "receive"); err != nil {
 			return err
 		}
 		if binary.LittleEndian.Uint32(reply) != 1 || binary.LittleEndian.Uint32(reply[4:]) != uint32(round) {
@@ -245,7 +247,7 @@ func soakConn(ctx context.Context, addr string, key uint64, rng *rand.Rand, st *
 			return fmt.Errorf("%w: %v", errSoakConn, err)
 		}
 		for range 2 {
-			if err := wait(id.GetSendComp); err != nil {
+			if err := wait(id.GetSendComp, "send"); err != nil {
 				return err
 			}
 		}
