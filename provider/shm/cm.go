@@ -413,7 +413,12 @@ func (r *Request) Reject(privateData []byte) error {
 
 // Dial connects qp (RESET or INIT) to the listener at addr (a path, or
 // "@name"); the QP is in RTS on success. A rejection returns a
-// *cm.RejectedError with the peer's private data.
+// *cm.RejectedError with the peer's private data; nobody listening at addr
+// is a rejection too, whose error wraps syscall.ECONNREFUSED, and a
+// listener that does not admit this process one that wraps syscall.EACCES.
+// The wait for the answer ends at ctx's deadline, or after
+// Config.DialTimeout when ctx has none; either way the error wraps
+// cm.ErrUnreachable, and ctx.Err() when ctx ended.
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Config) (*Conn, error) {
 	cfg := config.resolve()
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
@@ -423,14 +428,35 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	if len(p.PrivateData) > MaxPrivateData {
 		return nil, fmt.Errorf("%w: %d bytes of private data, at most %d", verbs.ErrInvalid, len(p.PrivateData), MaxPrivateData)
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unixpacket", addr)
-	if err != nil {
-		// Nobody listening is a rejection, as a TCP reset is for iWARP.
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-			return nil, &cm.RejectedError{Reason: err.Error()}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty address (a path or @name)", verbs.ErrInvalid)
+	}
+	// The caller's deadline, longer or shorter, replaces DialTimeout.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, cfg.DialTimeout)
+	}
+	defer cancel()
+	ended := func(what string) error {
+		switch {
+		case ctx.Err() != nil:
+			return cm.Ended(ctx, what)
+		case dctx.Err() != nil:
+			return cm.TimedOut(what, cfg.DialTimeout)
 		}
-		return nil, fmt.Errorf("%w: %s: %v", cm.ErrUnreachable, addr, err)
+		return nil
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "unixpacket", addr)
+	if err != nil {
+		if e := ended("connecting to " + addr); e != nil {
+			return nil, e
+		}
+		// Nobody listening is a rejection, as a TCP reset is for iWARP.
+		if rej := cm.Refused(err); rej != nil {
+			return nil, rej
+		}
+		return nil, fmt.Errorf("%w: %s: %w", cm.ErrUnreachable, addr, err)
 	}
 	uc := nc.(*net.UnixConn)
 	mine, fd, err := newSegment(defaultLayout)
@@ -447,22 +473,20 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	_, _, err = uc.WriteMsgUnix(hello.marshal(), unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %s: %v", cm.ErrUnreachable, addr, err))
+		return fail(fmt.Errorf("%w: %s: %w", cm.ErrUnreachable, addr, err))
 	}
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(cfg.DialTimeout)
+	if dl, ok := dctx.Deadline(); ok {
+		uc.SetReadDeadline(dl)
 	}
-	uc.SetReadDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { uc.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(dctx, func() { uc.SetReadDeadline(time.Unix(1, 0)) })
 	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
 	msg, fds, err := readMsg(uc, buf, oob)
 	stop()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fail(ctx.Err())
+		if e := ended("no answer from " + addr); e != nil {
+			return fail(e)
 		}
-		return fail(fmt.Errorf("%w: %s: no answer: %v", cm.ErrUnreachable, addr, err))
+		return fail(fmt.Errorf("%w: %s: no answer: %w", cm.ErrUnreachable, addr, err))
 	}
 	var rep setup
 	if err := rep.unmarshal(msg); err != nil {
@@ -473,7 +497,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	case rep.typ == msgReject:
 		closeFds(fds)
 		if rep.why == whyCredentials {
-			return fail(&cm.RejectedError{Reason: "the listener does not allow this process (its user id)"})
+			return fail(&cm.RejectedError{Reason: "the listener does not allow this process (its user id)", Err: syscall.EACCES})
 		}
 		return fail(&cm.RejectedError{PrivateData: rep.pdata})
 	case rep.typ != msgAccept || len(fds) != 1 || rep.l != defaultLayout:
