@@ -10,8 +10,8 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
