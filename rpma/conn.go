@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/goverbs/goverbs/provider/iwarp"
-	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -107,7 +105,7 @@ type Conn struct {
 }
 
 func newConn(r *ConnReq) (*Conn, error) {
-	c := &Conn{peer: r.peer, id: r.id, qp: r.id.QP, cq: r.cq, rcq: r.rcq, ch: r.ch, srq: r.srq, events: make(chan ConnEvent, 16)}
+	c := &Conn{peer: r.peer, id: r.id, qp: r.id.QP(), cq: r.cq, rcq: r.rcq, ch: r.ch, srq: r.srq, events: make(chan ConnEvent, 16)}
 	if r.srq != nil && r.srq.rcq != nil {
 		c.srqRCQ = r.srq.rcq
 	}
@@ -147,8 +145,7 @@ func (c *Conn) start() {
 				ce = ConnUnreachable
 			case rdmacm.EventDisconnected:
 				ce = ConnClosed
-				if ev.Err != nil && !errors.Is(ev.Err, iwarp.ErrDisconnected) && !errors.Is(ev.Err, iwarp.ErrLocalDisconnect) &&
-					!errors.Is(ev.Err, shm.ErrPeerDisconnect) && !errors.Is(ev.Err, shm.ErrLocalDisconnect) {
+				if ev.Err != nil && !errors.Is(ev.Err, rdmacm.ErrDisconnected) && !errors.Is(ev.Err, rdmacm.ErrLocalDisconnect) {
 					ce = ConnLost
 					logAt(LogWarning, "connection lost", "err", ev.Err)
 				}

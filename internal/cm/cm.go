@@ -134,6 +134,12 @@ var (
 	ErrUnreachable = errors.New("cm: peer unreachable")
 	ErrRejected    = errors.New("cm: connection rejected")
 	ErrClosed      = errors.New("cm: closed")
+
+	// A connection that ended in order has an Err that wraps one of these,
+	// whatever its provider: the layers above test these, never a
+	// provider's own errors.
+	ErrPeerDisconnect  = errors.New("disconnected by the peer")
+	ErrLocalDisconnect = errors.New("disconnected locally")
 )
 
 // RejectedError is returned by Dial when the connection was refused: by

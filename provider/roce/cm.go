@@ -292,8 +292,8 @@ func (x *Conn) Err() error {
 
 // Errors a connection ends with.
 var (
-	ErrDisconnected    = errors.New("roce: disconnected by the peer")
-	ErrLocalDisconnect = errors.New("roce: disconnected")
+	ErrDisconnected    = fmt.Errorf("roce: %w", cm.ErrPeerDisconnect)
+	ErrLocalDisconnect = fmt.Errorf("roce: %w", cm.ErrLocalDisconnect)
 )
 
 // Disconnect sends a DREQ (again until the DREP, up to a bound) and moves
