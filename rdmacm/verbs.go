@@ -14,21 +14,44 @@ import (
 // RegMsgs registers buf for sending and receiving messages (rdma_reg_msgs):
 // local write access.
 func (id *ID) RegMsgs(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite)
 }
 
 // RegRead registers buf as the target of the peer's RDMA reads (rdma_reg_read).
 func (id *ID) RegRead(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 }
 
 // RegWrite registers buf as the target of the peer's RDMA writes (rdma_reg_write).
 func (id *ID) RegWrite(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 }
 
-// Dereg deregisters a region (rdma_dereg_mr).
+// Dereg deregisters a region (rdma_dereg_mr). A region outlives the
+// identifier it was registered through: Dereg works after Close too.
 func (id *ID) Dereg(mr *verbs.MR) error { return mr.Dereg() }
+
+// livePD is the identifier's PD, or ErrClosed.
+func (id *ID) livePD() (*verbs.PD, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return nil, ErrClosed
+	}
+	return id.pd, nil
+}
 
 // sgeOf returns the SGE for buf, which must lie inside mr (the buffer must be
 // registered, rdma_post_recv(3) and rdma_post_send(3) say).
@@ -42,6 +65,9 @@ func sgeOf(buf []byte, mr *verbs.MR) (verbs.SGE, error) {
 func (id *ID) liveQP() (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return nil, ErrClosed
+	}
 	if id.qp == nil {
 		return nil, fmt.Errorf("%w: no QP is associated with the identifier", verbs.ErrInvalidState)
 	}
@@ -186,14 +212,33 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 		cq, ch = id.sendCQ, id.sendCh
 	}
 	shared := id.sendCQ == id.recvCQ
+	closed := id.state == stateClosed
 	id.mu.Unlock()
-	var wc [1]verbs.WC
+	if closed {
+		return verbs.WC{}, ErrClosed
+	}
 	if cq == nil {
 		return verbs.WC{}, fmt.Errorf("%w: the identifier has no CQs", verbs.ErrInvalidState)
 	}
 	if shared {
 		return verbs.WC{}, fmt.Errorf("%w: the identifier's send and receive CQs are the same CQ", verbs.ErrInvalid)
 	}
+	wc, err := id.waitComp(ctx, cq, ch)
+	if err != nil {
+		id.mu.Lock()
+		closed = id.state == stateClosed
+		id.mu.Unlock()
+		if closed {
+			// Close destroyed the CQ or its channel under the wait.
+			return verbs.WC{}, ErrClosed
+		}
+	}
+	return wc, err
+}
+
+// waitComp polls cq for one completion, then waits on ch.
+func (id *ID) waitComp(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
+	var wc [1]verbs.WC
 	for {
 		n, err := cq.Poll(wc[:])
 		if err != nil || n == 1 {

@@ -96,7 +96,11 @@ func (e *Ep) Port() string {
 	if e.port != "" {
 		return e.port
 	}
-	_, port, _ := net.SplitHostPort(e.Addr().String())
+	a := e.Addr()
+	if ra, ok := a.(*rdmacm.Addr); ok {
+		a = ra.Addr // the transport's own, without the scheme
+	}
+	_, port, _ := net.SplitHostPort(a.String())
 	return port
 }
 

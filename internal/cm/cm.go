@@ -210,6 +210,19 @@ func Refused(err error) *RejectedError {
 	return nil
 }
 
+// SettleDeadline waits, when err is a socket's timeout at ctx's deadline,
+// for ctx to report that deadline: the socket's timer may fire a moment
+// before the context's, and the error must say which ended the wait.
+func SettleDeadline(ctx context.Context, err error) {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
+		<-ctx.Done()
+	}
+}
+
 // DefaultTimeout is how long a transport's Dial waits for the peer's
 // answer when its context has no deadline (a deadline, shorter or longer,
 // replaces it).

@@ -144,7 +144,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	defer cancel()
 	// ended is the error of a step cut short by the end of ctx or of
 	// ConnectTimeout, or nil.
-	ended := func(what string) error {
+	ended := func(what string, err error) error {
+		cm.SettleDeadline(dctx, err)
 		switch {
 		case ctx.Err() != nil:
 			return cm.Ended(ctx, what)
@@ -156,7 +157,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		if e := ended("connecting to " + addr); e != nil {
+		if e := ended("connecting to "+addr, err); e != nil {
 			return nil, e
 		}
 		if rej := cm.Refused(err); rej != nil {
@@ -184,14 +185,14 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	defer stop()
 	frame, _ := wire.AppendMPA(nil, &req)
 	if _, err := nc.Write(frame); err != nil {
-		if e := ended("sending the MPA Request to " + addr); e != nil {
+		if e := ended("sending the MPA Request to "+addr, err); e != nil {
 			return fail(e)
 		}
 		return fail(fmt.Errorf("%w: sending the MPA Request: %w", cm.ErrUnreachable, err))
 	}
 	reply, raw, err := readMPA(nc, true)
 	if err != nil {
-		if e := ended("no MPA Reply from " + addr); e != nil {
+		if e := ended("no MPA Reply from "+addr, err); e != nil {
 			return fail(e)
 		}
 		if isTimeout(err) {

@@ -176,6 +176,7 @@ type Listener struct {
 	cfg  Config
 	path string      // the socket file, for a path address
 	ino  os.FileInfo // the socket file as created, to remove only ours
+	addr net.Addr    // the address dialers use
 }
 
 // Listen listens at addr: a socket path, or "@name" for a name in the
@@ -197,6 +198,11 @@ func Listen(addr string, cfg *Config) (*Listener, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
+	}
+	// Set before the acceptor starts: its handshakes read it.
+	l.addr = ln.Addr()
+	if l.path != "" {
+		l.addr = &net.UnixAddr{Name: l.path, Net: "unixpacket"}
 	}
 	l.acc = cm.NewAcceptor(ln, l.handshake, func(r *Request) { r.Reject(nil) })
 	return l, nil
@@ -249,12 +255,7 @@ func listenPath(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, 
 }
 
 // Addr returns the listening address.
-func (l *Listener) Addr() net.Addr {
-	if l.path != "" {
-		return &net.UnixAddr{Name: l.path, Net: "unixpacket"}
-	}
-	return l.acc.Addr()
-}
+func (l *Listener) Addr() net.Addr { return l.addr }
 
 // Close stops listening; requests not yet accepted are rejected. A socket
 // file is removed if it is still the one Listen created.
@@ -317,7 +318,7 @@ func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 		return nil, false
 	}
 	uc.SetReadDeadline(time.Time{})
-	return &Request{uc: uc, hello: s, fd: fds[0], cred: cred, cfg: &l.cfg}, true
+	return &Request{uc: uc, hello: s, fd: fds[0], cred: cred, cfg: &l.cfg, local: l.Addr()}, true
 }
 
 // Accept waits for the next valid connection request.
@@ -331,6 +332,7 @@ type Request struct {
 	cred     PeerCred
 	cfg      *Config
 	answered bool
+	local    net.Addr // the listener's address
 }
 
 // PrivateData returns the requester's private data.
@@ -346,7 +348,7 @@ func (r *Request) ORD() int { return int(r.hello.ord) }
 func (r *Request) PeerCred() PeerCred { return r.cred }
 
 // LocalAddr returns the listening socket's address.
-func (r *Request) LocalAddr() net.Addr { return r.uc.LocalAddr() }
+func (r *Request) LocalAddr() net.Addr { return r.local }
 
 // RemoteAddr returns the requester's socket address (often unnamed).
 func (r *Request) RemoteAddr() net.Addr { return r.uc.RemoteAddr() }
@@ -391,7 +393,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if err := c.start(); err != nil {
 		return nil, err
 	}
-	return &Conn{c: c}, nil
+	return &Conn{c: c, local: r.local}, nil
 }
 
 // Reject refuses the request, sending private data to the requester.
@@ -437,7 +439,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		dctx, cancel = context.WithTimeout(ctx, cfg.DialTimeout)
 	}
 	defer cancel()
-	ended := func(what string) error {
+	ended := func(what string, err error) error {
+		cm.SettleDeadline(dctx, err)
 		switch {
 		case ctx.Err() != nil:
 			return cm.Ended(ctx, what)
@@ -449,7 +452,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "unixpacket", addr)
 	if err != nil {
-		if e := ended("connecting to " + addr); e != nil {
+		if e := ended("connecting to "+addr, err); e != nil {
 			return nil, e
 		}
 		// Nobody listening is a rejection, as a TCP reset is for iWARP.
@@ -483,7 +486,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	msg, fds, err := readMsg(uc, buf, oob)
 	stop()
 	if err != nil {
-		if e := ended("no answer from " + addr); e != nil {
+		if e := ended("no answer from "+addr, err); e != nil {
 			return fail(e)
 		}
 		return fail(fmt.Errorf("%w: %s: no answer: %w", cm.ErrUnreachable, addr, err))
@@ -515,11 +518,17 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	if err := c.start(); err != nil {
 		return nil, err
 	}
-	return &Conn{c: c}, nil
+	return &Conn{c: c, remote: &net.UnixAddr{Name: addr, Net: "unixpacket"}}, nil
 }
 
 // Conn is an established shared-memory connection of one QP.
-type Conn struct{ c *conn }
+type Conn struct {
+	c *conn
+	// The listener's address, at either end: the socket's own name is
+	// the one it was bound to, which for a path is a temporary one (see
+	// Listen).
+	local, remote net.Addr
+}
 
 // PrivateData returns the private data of the peer's request or reply.
 func (x *Conn) PrivateData() []byte { return x.c.pdata }
@@ -531,10 +540,20 @@ func (x *Conn) IRD() int { return x.c.ird }
 func (x *Conn) ORD() int { return x.c.ord }
 
 // LocalAddr returns the local socket address.
-func (x *Conn) LocalAddr() net.Addr { return x.c.uc.LocalAddr() }
+func (x *Conn) LocalAddr() net.Addr {
+	if x.local != nil {
+		return x.local
+	}
+	return x.c.uc.LocalAddr()
+}
 
 // RemoteAddr returns the peer's socket address.
-func (x *Conn) RemoteAddr() net.Addr { return x.c.uc.RemoteAddr() }
+func (x *Conn) RemoteAddr() net.Addr {
+	if x.remote != nil {
+		return x.remote
+	}
+	return x.c.uc.RemoteAddr()
+}
 
 // Done is closed when the connection has ended and its resources are released.
 func (x *Conn) Done() <-chan struct{} { return x.c.done }
