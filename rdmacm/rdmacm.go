@@ -665,7 +665,9 @@ func (id *ID) destroyQP() error {
 // (rdma_connect) and waits for the outcome. The identifier needs a QP
 // (CreateQP). On success an EventEstablished is also queued; a rejection
 // returns a *RejectedError (and queues EventRejected), no answer an error
-// wrapping ErrUnreachable (EventUnreachable).
+// wrapping ErrUnreachable (EventUnreachable). It waits for the answer
+// until ctx's deadline, or 10 seconds when ctx has none (see the package
+// doc, Errors).
 func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	id.mu.Lock()
 	if id.state != stateIdle || id.qp == nil {
@@ -806,7 +808,9 @@ func (id *ID) Close() error {
 
 // Dial creates an identifier for addr, creates its QP with attr (nil: an RC
 // QP with 16 WRs and 1 SGE each way and its own CQs) and connects it, as
-// rdma_create_ep followed by rdma_connect.
+// rdma_create_ep followed by rdma_connect. Its errors are Connect's; the
+// wait for the answer ends at ctx's deadline, however long, or after 10
+// seconds when ctx has none.
 func Dial(ctx context.Context, addr string, attr *verbs.QPInitAttr, p *ConnParam) (*ID, error) {
 	return DialFrom(ctx, "", addr, attr, p)
 }
