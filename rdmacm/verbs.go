@@ -189,7 +189,10 @@ func unwrapPost(err error) error {
 }
 
 // GetSendComp waits for the next send completion (rdma_get_send_comp).
-// See GetRecvComp.
+// See GetRecvComp. A request posted without SendSignaled completes only if
+// it fails: GetSendComp does not wait for one that succeeds (see package
+// verbs, Completion semantics), and over iWARP a SEND or WRITE completes
+// once sent, an error the peer finds arriving after it.
 func (id *ID) GetSendComp(ctx context.Context) (verbs.WC, error) {
 	return id.getComp(ctx, true)
 }
