@@ -3,6 +3,8 @@ package rdmacm
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -198,8 +200,11 @@ func (id *ID) GetSendComp(ctx context.Context) (verbs.WC, error) {
 }
 
 // GetRecvComp waits for the next receive completion (rdma_get_recv_comp):
-// it polls the identifier's receive CQ and, when it is empty, blocks until
-// a receive completes or ctx is done. It is meant for identifiers with their
+// it polls the identifier's receive CQ for up to the CQ's WaitSpin
+// (verbs.DefaultWaitSpin unless CQ.SetWaitSpin changed it: a CPU kept busy
+// that long, for a reply that comes without a wake-up's tens of
+// microseconds), then blocks until a receive completes or ctx is done
+// (librdmacm blocks at once). It is meant for identifiers with their
 // own, separate send and receive CQs (those CreateQP makes); on an
 // identifier whose CQs are shared it returns ErrInvalid, since it could
 // consume a send completion. The completion may carry an error status: check
@@ -226,7 +231,7 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 	if shared {
 		return verbs.WC{}, fmt.Errorf("%w: the identifier's send and receive CQs are the same CQ", verbs.ErrInvalid)
 	}
-	wc, err := id.waitComp(ctx, cq, ch)
+	wc, err := waitComp(ctx, id.done, cq, ch)
 	if err != nil {
 		id.mu.Lock()
 		closed = id.state == stateClosed
@@ -239,9 +244,33 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 	return wc, err
 }
 
-// waitComp polls cq for one completion, then waits on ch.
-func (id *ID) waitComp(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
+// waitComp takes one completion of cq: it polls for up to the CQ's
+// WaitSpin, then waits on ch (or CQ.Wait without one). The spin ends
+// early when ctx ends or done (the identifier's) is closed.
+func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
 	var wc [1]verbs.WC
+	n, err := cq.Poll(wc[:])
+	if err != nil || n == 1 {
+		return wc[0], err
+	}
+	if spin := cq.WaitSpin(); spin > 0 {
+		// Polling, not arming: a transport in polled mode stays in it, and
+		// a completion due within the spin comes with no wake-up.
+		deadline := time.Now().Add(spin)
+		for i := 1; ; i++ {
+			if n, err := cq.Poll(wc[:]); err != nil || n == 1 {
+				return wc[0], err
+			}
+			if i%16 == 0 {
+				if ctx.Err() != nil || isClosed(done) || time.Now().After(deadline) {
+					break
+				}
+				if i%64 == 0 {
+					runtime.Gosched() // the transport's goroutines may need this CPU
+				}
+			}
+		}
+	}
 	for {
 		n, err := cq.Poll(wc[:])
 		if err != nil || n == 1 {
@@ -266,5 +295,15 @@ func (id *ID) waitComp(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel)
 			return verbs.WC{}, err
 		}
 		ch.AckEvents(evcq, 1)
+	}
+}
+
+// isClosed reports whether done is closed.
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }
