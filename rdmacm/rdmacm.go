@@ -122,7 +122,7 @@ type ConnParam struct {
 	// a nil *ConnParam) means the device maximum, as in librdmacm.
 	ResponderResources uint8
 	InitiatorDepth     uint8
-	RetryCount         uint8 // carried for compatibility; iWARP has no retries
+	RetryCount         uint8 // retry_cnt of the QP over RoCE (0 means 7); iWARP (TCP) and shm have no retries
 	RNRRetryCount      uint8 // rnr_retry of the QP (7: retry for ever); a nil *ConnParam means 7
 	// Extensions (Connect only) offers the provider's extensions: over
 	// iWARP, RFC 7306 immediate data and atomics, which only goverbs peers
@@ -254,7 +254,7 @@ func params(p *ConnParam, maxPD int) (cm.Params, error) {
 		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
 	}
 	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions,
-		RNRRetry: min(p.RNRRetryCount, 7)}
+		RNRRetry: min(p.RNRRetryCount, 7), RetryCount: min(p.RetryCount, 7)}
 	if p.ResponderResources == MaxDepth {
 		cp.IRD = 128
 	}
@@ -912,6 +912,10 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		return nil, fmt.Errorf("%w: not listening", verbs.ErrInvalidState)
 	}
 	r, err := ln.Next(ctx)
+	for err == nil && cm.Refused() {
+		r.Reject(nil) // an injected fault: the dialer sees a plain rejection
+		r, err = ln.Next(ctx)
+	}
 	if err != nil {
 		if errors.Is(err, cm.ErrClosed) {
 			return nil, ErrClosed

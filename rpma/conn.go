@@ -122,7 +122,24 @@ func newConn(r *ConnReq) (*Conn, error) {
 		return nil, provider("ibv_reg_mr", err)
 	}
 	c.remote.Store(NewPeerCfg())
+	if !r.cfg.extensions && isRoCE(r.peer.ctx) {
+		// Nothing on an IB wire negotiates FLUSH and ATOMIC_WRITE (IBA
+		// 1.5), and a peer without them ends the connection on the first
+		// one: with the extensions off, use librpma's fallbacks from the
+		// start.
+		c.native.Store(-1)
+	}
 	return c, nil
+}
+
+// isRoCE reports whether ctx's device is RoCE: the IB transport on an
+// Ethernet link, as libibverbs applications tell it.
+func isRoCE(ctx *verbs.Context) bool {
+	if ctx.Device().TransportType() != verbs.TransportIB {
+		return false
+	}
+	pa, err := ctx.QueryPort(1)
+	return err == nil && pa.LinkLayer == verbs.LinkLayerEthernet
 }
 
 // start runs the goroutine that turns the identifier's events into

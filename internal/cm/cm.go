@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type Params struct {
 	// that finds no receive is retried before it fails; 7 is for ever.
 	// Transports with RNR (shm) apply it; iWARP has none.
 	RNRRetry uint8
+	// RetryCount is the QP's retry_cnt on transports that retransmit
+	// (RoCE): how often a request without an ACK is sent again before it
+	// fails with RETRY_EXC_ERR; 0 means 7.
+	RetryCount uint8
 	// Extensions offers a provider's extensions beyond what the standard
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.
@@ -193,11 +198,11 @@ func Ended(ctx context.Context, what string) error {
 	return fmt.Errorf("cm: %s: %w", what, err)
 }
 
-// Refused returns the rejection a failed connect(2) stands for, or nil:
+// RefusedConnect returns the rejection a failed connect(2) stands for, or nil:
 // nobody listening (ECONNREFUSED, and ENOENT for a unix socket path) and a
 // listener that does not admit this process (EACCES) are rejections, as
 // librdmacm reports them, whose Err is the errno.
-func Refused(err error) *RejectedError {
+func RefusedConnect(err error) *RejectedError {
 	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EACCES} {
 		if errors.Is(err, e) {
 			return &RejectedError{Reason: err.Error(), Err: e}
@@ -257,4 +262,23 @@ func Lookup(scheme string) (Transport, bool) {
 	defer registry.Unlock()
 	t, ok := registry.ts[scheme]
 	return t, ok
+}
+
+var refuseHook atomic.Pointer[func() bool]
+
+// SetRefuseHook sets the fault-injection hook that decides, for each
+// connection request a listener takes, whether it is refused (rejected
+// before the application sees it); nil removes it.
+func SetRefuseHook(f func() bool) {
+	if f == nil {
+		refuseHook.Store(nil)
+		return
+	}
+	refuseHook.Store(&f)
+}
+
+// Refused reports whether the hook refuses the next request.
+func Refused() bool {
+	f := refuseHook.Load()
+	return f != nil && (*f)()
 }

@@ -34,11 +34,12 @@ type Config struct {
 // Device is a software device. Its region table and QP numbers are shared by
 // every context opened on it, as on a real adapter.
 type Device struct {
-	cfg  Config
-	mrs  mrTable
-	qpmu sync.RWMutex
-	qps  map[uint32]*QP
-	qpn  uint32
+	cfg   Config
+	mrs   mrTable
+	qpmu  sync.RWMutex
+	qps   map[uint32]*QP
+	qpn   uint32
+	qpOrd uint64
 }
 
 // NewDevice creates a device.
@@ -108,6 +109,8 @@ func (d *Device) addQP(q *QP) error {
 		}
 	}
 	q.num = d.qpn
+	d.qpOrd++
+	q.ord = d.qpOrd
 	d.qps[q.num] = q
 	return nil
 }

@@ -118,6 +118,8 @@ type WQE struct {
 	rdAtomic bool // counted in the QP's outstanding reads/atomics
 	early    bool // Complete came while Send was still running
 	earlySt  verbs.WCStatus
+	asked    bool           // the fault hook was asked about it
+	fault    verbs.WCStatus // the status a fault gives it
 	sge      []verbs.SGE
 	inl      []byte
 }

@@ -160,7 +160,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		if e := ended("connecting to "+addr, err); e != nil {
 			return nil, e
 		}
-		if rej := cm.Refused(err); rej != nil {
+		if rej := cm.RefusedConnect(err); rej != nil {
 			return nil, rej
 		}
 		return nil, fmt.Errorf("%w: %w", cm.ErrUnreachable, err)

@@ -29,7 +29,8 @@ type batch struct {
 	n      int    // packets in buf
 	closed bool   // the last packet is shorter than seg: nothing may follow
 	to     netip.Addr
-	wait   bool // wait for room in the socket rather than drop
+	wait   bool    // wait for room in the socket rather than drop
+	src    *sender // the socket it leaves from; nil: port 4791
 	sa     sockaddr
 	msg    gsoMsg
 	crc    ib.Scratch
@@ -87,10 +88,14 @@ func (b *batch) add(d *device, to netip.Addr, size int) {
 
 // icrc is the ICRC of pkt as datagram i of its batch.
 func (b *batch) icrc(d *device, to netip.Addr, pkt []byte, i int) uint32 {
-	if d.addr.Is4() && to.Is4() {
-		return b.crc.V4(d.addr.As4(), to.As4(), ib.UDPPort, ib.UDPPort, uint16(i), true, pkt)
+	sport := uint16(ib.UDPPort)
+	if b.src != nil {
+		sport = b.src.port
 	}
-	return b.crc.V6(d.addr.As16(), to.As16(), ib.UDPPort, ib.UDPPort, pkt)
+	if d.addr.Is4() && to.Is4() {
+		return b.crc.V4(d.addr.As4(), to.As4(), sport, ib.UDPPort, uint16(i), true, pkt)
+	}
+	return b.crc.V6(d.addr.As16(), to.As16(), sport, ib.UDPPort, pkt)
 }
 
 // flush sends what the batch holds.

@@ -71,6 +71,10 @@ func (q *qp) takeSocket() error {
 		return err
 	}
 	q.opened = true
+	// The QP's packets leave from one source port for its life (the
+	// batches are used only once it is past INIT).
+	src := q.d.senderOf(q.num)
+	q.s.bat.src, q.r.bat.src = src, src
 	return nil
 }
 

@@ -456,7 +456,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 			return nil, e
 		}
 		// Nobody listening is a rejection, as a TCP reset is for iWARP.
-		if rej := cm.Refused(err); rej != nil {
+		if rej := cm.RefusedConnect(err); rej != nil {
 			return nil, rej
 		}
 		return nil, fmt.Errorf("%w: %s: %w", cm.ErrUnreachable, addr, err)
