@@ -84,14 +84,7 @@ func connectRetry(t *testing.T, tr string, retry uint8) (a, b *end) {
 		}
 		got <- req
 	}()
-	dial := ln.LocalAddr().String()
-	switch tr {
-	case "shm":
-		dial = "unix:" + dial
-	case "roce":
-		dial = "roce://" + dial
-	}
-	c, err := rdmacm.DialFrom(ctx, src, dial, &verbs.QPInitAttr{Cap: qpCap}, &rdmacm.ConnParam{RetryCount: retry, RNRRetryCount: 7})
+	c, err := rdmacm.DialFrom(ctx, src, ln.LocalAddr().String(), &verbs.QPInitAttr{Cap: qpCap}, &rdmacm.ConnParam{RetryCount: retry, RNRRetryCount: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
