@@ -253,7 +253,7 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 	if err != nil || n == 1 {
 		return wc[0], err
 	}
-	if spin := cq.WaitSpin(); spin > 0 {
+	if spin := cq.WaitSpin(); spin > 0 && ch != nil { // (without ch, CQ.Wait spins)
 		// Polling, not arming: a transport in polled mode stays in it, and
 		// a completion due within the spin comes with no wake-up.
 		deadline := time.Now().Add(spin)
