@@ -71,10 +71,14 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // goroutine parked, the transport's own goroutine woken, a system call or
 // two each way); the price is CPU: a wait that ends up sleeping has kept a
 // CPU busy for d first, and an application that waits on many CQs at
-// once, or runs on a machine short of CPUs, may want less. d <= 0 turns
-// the spin off: every wait that finds the CQ empty sleeps at once. The
-// default is DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C
-// way, never spin.
+// once may want less. On a machine whose CPUs are all busy, a spinning
+// wait competes for them with the peer it waits for, and sleeping at once
+// is faster: with the 2 vCPUs of the measurement under a load of 4, the
+// 8-byte blocking round trip over iWARP took 48 µs without a spin against
+// 210 µs with the default one (and 340 µs polling). d <= 0 turns the spin
+// off: every wait that finds the CQ empty sleeps at once. The default is
+// DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
+// spin.
 func (cq *CQ) SetWaitSpin(d time.Duration) { cq.spin.Store(int64(max(d, 0))) }
 
 // WaitSpin returns how long blocking waits poll the CQ before they sleep.
