@@ -154,7 +154,7 @@ func (id *ID) PostUDSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.Send
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }

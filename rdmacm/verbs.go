@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -85,7 +86,11 @@ func (id *ID) PostRecv(wrid uint64, buf []byte, mr *verbs.MR) error {
 	if err != nil {
 		return err
 	}
-	return id.PostRecvv(wrid, []verbs.SGE{sge})
+	qp, err := id.liveQP()
+	if err != nil {
+		return err
+	}
+	return postRecv(qp, wrid, nil, &sge)
 }
 
 // PostRecvv posts a scatter list to receive one message (rdma_post_recvv).
@@ -94,7 +99,7 @@ func (id *ID) PostRecvv(wrid uint64, sgl []verbs.SGE) error {
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostRecv([]verbs.RecvWR{{WRID: wrid, SGList: sgl}}))
+	return postRecv(qp, wrid, sgl, nil)
 }
 
 // PostSend sends buf as one message (rdma_post_send). buf must lie in mr
@@ -116,9 +121,9 @@ func (id *ID) PostSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }
 
 // PostSendv sends the scatter/gather list sgl as one message
@@ -131,7 +136,7 @@ func (id *ID) PostSendv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags) err
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRSend, Flags: flags, SGList: sgl}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRSend, Flags: flags, SGList: sgl}, nil)
 }
 
 // PostRead reads len(buf) bytes at remoteAddr of the peer's region rkey into
@@ -141,7 +146,11 @@ func (id *ID) PostRead(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 	if err != nil {
 		return err
 	}
-	return id.PostReadv(wrid, []verbs.SGE{sge}, flags, remoteAddr, rkey)
+	qp, err := id.liveQP()
+	if err != nil {
+		return err
+	}
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}, &sge)
 }
 
 // PostReadv reads into a scatter list (rdma_post_readv).
@@ -150,7 +159,7 @@ func (id *ID) PostReadv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, rem
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}, nil)
 }
 
 // PostWrite writes buf (in mr, or any memory with SendInline and mr nil) to
@@ -168,9 +177,9 @@ func (id *ID) PostWrite(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendF
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }
 
 // PostWritev writes a gather list (rdma_post_writev).
@@ -179,7 +188,47 @@ func (id *ID) PostWritev(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, re
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMAWrite, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}, nil)
+}
+
+// scratch holds the one-request lists the helpers post, from a pool, so
+// that posting allocates nothing: the provider copies a request into its
+// queue before PostSend or PostRecv returns.
+type scratch struct {
+	swr [1]verbs.SendWR
+	rwr [1]verbs.RecvWR
+	sge [1]verbs.SGE
+	wc  [1]verbs.WC // for GetRecvComp and GetSendComp
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// postSend posts *wr, its SGE list sge when sge is not nil.
+func postSend(qp *verbs.QP, wr *verbs.SendWR, sge *verbs.SGE) error {
+	s := scratchPool.Get().(*scratch)
+	s.swr[0] = *wr
+	if sge != nil {
+		s.sge[0] = *sge
+		s.swr[0].SGList = s.sge[:]
+	}
+	err := qp.PostSend(s.swr[:])
+	*s = scratch{} // keeps no buffer, region or AH alive
+	scratchPool.Put(s)
+	return unwrapPost(err)
+}
+
+// postRecv posts a receive of sgl, or of the one SGE sge when it is not nil.
+func postRecv(qp *verbs.QP, wrid uint64, sgl []verbs.SGE, sge *verbs.SGE) error {
+	s := scratchPool.Get().(*scratch)
+	s.rwr[0] = verbs.RecvWR{WRID: wrid, SGList: sgl}
+	if sge != nil {
+		s.sge[0] = *sge
+		s.rwr[0].SGList = s.sge[:]
+	}
+	err := qp.PostRecv(s.rwr[:])
+	*s = scratch{}
+	scratchPool.Put(s)
+	return unwrapPost(err)
 }
 
 // unwrapPost turns the PostError of a one-request list into its cause.
@@ -248,7 +297,11 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 // WaitSpin, then waits on ch (or CQ.Wait without one). The spin ends
 // early when ctx ends or done (the identifier's) is closed.
 func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
-	var wc [1]verbs.WC
+	// The slice Poll fills would escape (an interface call): it comes
+	// from the pool.
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	wc := &s.wc
 	n, err := cq.Poll(wc[:])
 	if err != nil || n == 1 {
 		return wc[0], err
