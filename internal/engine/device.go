@@ -29,6 +29,9 @@ type Config struct {
 	// INIT or RTR, returns on a device without NewTransport: its QPs are
 	// connected by the connection manager, not by Modify.
 	CMOnly error
+	// OwnCapture says the transport records its real packets for package
+	// capture (roce): the engine synthesizes none for the device.
+	OwnCapture bool
 }
 
 // Device is a software device. Its region table and QP numbers are shared by
@@ -40,6 +43,10 @@ type Device struct {
 	qps   map[uint32]*QP
 	qpn   uint32
 	qpOrd uint64
+
+	cntMu     sync.Mutex
+	goneCnt   verbs.QPCounters // of destroyed QPs
+	overflows atomic.Uint64    // CQs that overflowed
 }
 
 // NewDevice creates a device.

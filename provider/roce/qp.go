@@ -212,3 +212,10 @@ func ackTimeout(t uint8) time.Duration {
 	}
 	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
 }
+
+// Counters implements engine.TransportCounters.
+func (q *qp) Counters() (retransmits, rnrNaks uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.s.resent, q.s.rnrNaks
+}
