@@ -175,7 +175,7 @@ func capture(t *testing.T, f func()) string {
 // -h and --help print the command's help and exit 0; each flag's line
 // shows its default once.
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"devices", "demo", "ping", "perf"} {
+	for _, cmd := range []string{"devices", "demo", "ping", "perf", "stat"} {
 		for _, h := range []string{"-h", "--help", "-help"} {
 			var code int
 			out := capture(t, func() { code = run([]string{cmd, h}) })
@@ -220,6 +220,8 @@ func TestBadCommandLine(t *testing.T) {
 		{"perf", "send_lat", "127.0.0.1", "-p", "7400", "-x"},
 		{"perf", "write_bw", "-D", "1", "-n", "5"},
 		{"nope"},
+		{"stat", "--bogus", "perf"},
+		{"stat", "perf", "send_lat", "-x"},
 		{},
 	} {
 		var code int
