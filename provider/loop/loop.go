@@ -34,7 +34,10 @@
 // their completion, as an iWARP Read does when the Terminate names it.
 // Code whose tests pass on such a device does not rely on the error
 // being in the failing request's own completion (see package verbs,
-// "Completion semantics").
+// "Completion semantics"); the conformance suite runs on it as it runs on
+// iWARP. What it does not model is the connection: a local error, or a
+// QP moved to ERR, leaves the peer's QP as it is, where iWARP's Terminate
+// would take it to ERR too.
 //
 // UD works too: a UD receive buffer gets the 40-byte GRH (an IPv6 header
 // with the source and destination GIDs) followed by the payload, and WC
