@@ -203,17 +203,20 @@ var dev = engine.NewDevice(engine.Config{
 		MaxMRSize:       1 << 40,
 		PageSizeCap:     4096,
 		VendorID:        0x626d74, // siw's vendor id ("bmt")
-		MaxQP:           1 << 14,
+		// A QP is a TCP connection and two CQs, and the process's
+		// descriptors are the real limit (one per QP): these allow
+		// 65,536 connections.
+		MaxQP:           1 << 16,
 		MaxQPWR:         1 << 14,
 		MaxSGE:          6,
 		MaxSGERd:        6,
-		MaxCQ:           1 << 14,
+		MaxCQ:           1 << 17,
 		MaxCQE:          1 << 20,
 		MaxMR:           1 << 20,
 		MaxPD:           1 << 14,
 		MaxQPRdAtom:     maxIRDORD,
 		MaxQPInitRdAtom: maxIRDORD,
-		MaxResRdAtom:    maxIRDORD << 14,
+		MaxResRdAtom:    maxIRDORD << 16,
 		AtomicCap:       verbs.AtomicHCA, // only towards goverbs peers (RFC 7306)
 		MaxSRQ:          1 << 14,
 		MaxSRQWR:        1 << 14,
