@@ -199,10 +199,10 @@ var dev = engine.NewDevice(engine.Config{
 	// A link-local GID from the GUID, as an RNIC derives one from its MAC.
 	GID: verbs.GID{0xfe, 0x80, 6: 0, 8: 0x02, 9: 0x00, 10: 0x5e, 11: 0xff, 12: 0xfe, 13: 0x77, 14: 0x00, 15: 0x01},
 	Attr: verbs.DeviceAttr{
-		FWVer:           "goverbs-iwarp 1",
-		MaxMRSize:       1 << 40,
-		PageSizeCap:     4096,
-		VendorID:        0x626d74, // siw's vendor id ("bmt")
+		FWVer:       "goverbs-iwarp 1",
+		MaxMRSize:   1 << 40,
+		PageSizeCap: 4096,
+		VendorID:    0x626d74, // siw's vendor id ("bmt")
 		// A QP is a TCP connection and two CQs, and the process's
 		// descriptors are the real limit (one per QP): these allow
 		// 65,536 connections.
