@@ -94,6 +94,8 @@ func run(args []string) int {
 		err = perfCmd(args[1:])
 	case "stat":
 		err = stat(args[1:])
+	case "soak":
+		err = soak(args[1:])
 	case "-h", "-help", "--help", "help":
 		usage(helpOut)
 		return 0
@@ -158,6 +160,9 @@ commands:
   perf [TEST [SERVER] [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [--json] [--server]]
                     perftest-style send/write/read/atomic latency and bandwidth;
                     with no SERVER, both ends in this process (loopback)
+  soak [-a ADDR] [-D DURATION] [-q CONNS] [--kill-every DURATION]
+                    mixed operations against a peer process it kills now and
+                    then, every byte verified; reports lost or corrupted work
   stat [--json] COMMAND [ARGS...]
                     run a command, then print the counters of the devices it
                     used (messages and bytes per opcode, errors, retransmits)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -304,5 +305,29 @@ func TestStatCountsWhatPerfDid(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no counters of shm0 in:\n%s", out)
+	}
+}
+
+// TestMain lets the test binary be the soak's peer process: soak starts
+// os.Args[0] with "soak --peer".
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "soak" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// A short soak over iWARP and shm with the peer killed twice: every work
+// request completes (none lost), every byte checks, and the run says so.
+func TestSoakSurvivesKills(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", fmt.Sprintf("unix:@goverbs-soak-test-%d", os.Getpid())} {
+		var code int
+		out := capture(t, func() { code = run([]string{"soak", "-a", addr, "-D", "4s", "-q", "3", "--kill-every", "1500ms"}) })
+		if code != 0 {
+			t.Fatalf("%s: exit status %d:\n%s", addr, code, out)
+		}
+		if !strings.Contains(out, "lost 0, corrupted 0") || strings.Contains(out, " 0 peer kills") || strings.Contains(out, " 0 operations") {
+			t.Fatalf("%s: %s", addr, out)
+		}
 	}
 }
