@@ -43,6 +43,16 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// exitError is a failure with its own exit status (a command that stat
+// ran).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
 // badUsage returns a usageError for command cmd.
 func badUsage(cmd, format string, a ...any) error {
 	return &usageError{cmd, fmt.Errorf(format, a...)}
@@ -95,11 +105,15 @@ func run(args []string) int {
 		return 2
 	}
 	var ue *usageError
+	var ee *exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errHelp):
 		return 0
+	case errors.As(err, &ee):
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		return ee.code
 	case errors.As(err, &ue):
 		fmt.Fprintf(os.Stderr, "goverbs %s: %v\n(goverbs %s -h for help)\n", ue.cmd, ue.err, ue.cmd)
 		return 2

@@ -269,11 +269,7 @@ func soakPeer(addr string) error {
 	if err != nil {
 		return err
 	}
-	at := ln.LocalAddr().String()
-	if strings.HasPrefix(addr, "unix:") {
-		at = "unix:" + at
-	}
-	fmt.Println("listening", at)
+	fmt.Println("listening", ln.LocalAddr()) // an address Dial takes, scheme and all
 	ctx := context.Background()
 	for {
 		req, err := ln.GetRequest(ctx)

@@ -278,16 +278,22 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Wait implements driver.CQ: a bounded spin, then a blocking wait.
+// Wait implements driver.CQ: a spin of the verbs CQ's WaitSpin (driving
+// polled mode, when the CQ's transports have it), then a blocking wait.
+// The spin covers a completion due within microseconds, which then comes
+// without the system calls of a wake-up; an idle CQ still costs no CPU
+// past it.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && cq.ctx.dev.cfg.WaitSpin > 0 {
-		deadline := time.Now().Add(cq.ctx.dev.cfg.WaitSpin)
+	if spin := cq.v.WaitSpin(); spin > 0 {
+		deadline := time.Now().Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
 			}
-			for _, p := range *ps {
-				p.poll(nil, nil)
+			if ps := cq.pollers.Load(); ps != nil {
+				for _, p := range *ps {
+					p.poll(nil, nil)
+				}
 			}
 			if i%16 == 0 {
 				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {

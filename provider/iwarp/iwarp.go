@@ -131,9 +131,9 @@ type Config struct {
 	// MaxFPDU caps the size of transmitted FPDUs in bytes; 0 means the TCP MSS
 	// of the connection (siw's choice).
 	MaxFPDU int
-	// ConnectTimeout bounds the wait for the MPA Reply when the Dial
-	// context has no earlier deadline, and a responder's sending of its
-	// Reply (default 10 s, as siw).
+	// ConnectTimeout bounds a Dial whose context has no deadline (a
+	// deadline, shorter or longer, replaces it), and a responder's sending
+	// of its Reply (default 10 s, as siw).
 	ConnectTimeout time.Duration
 	// AcceptTimeout bounds the wait for an MPA Request after TCP accept
 	// (default 5 s, as siw).
