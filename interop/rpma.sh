@@ -28,6 +28,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 BIN=${BIN:-/tmp/goverbs-rpma-interop}
 RPMA_SRC=${RPMA_SRC:?set RPMA_SRC to a checkout of github.com/pmem/rpma}
 export PATH="/usr/local/go/bin:$PATH"
@@ -61,6 +62,7 @@ if [ "$running" = 0 ]; then
 	"$LAB" build >/dev/null 2>&1 || exit 1
 	"$LAB" start >/dev/null 2>&1 || exit 1
 fi
+"$LAB" exec "pkill -f '^/root/[0-9][0-9]-'; true" >/dev/null # a server a failed run left
 for f in "$BIN"/c/*; do
 	"$LAB" push "$f" "/root/$(basename "$f")" >/dev/null || exit 1
 done
@@ -98,6 +100,7 @@ for c in $cases; do
 		sout=$("$LAB" exec "$filter /tmp/s.log" 2>&1)
 		expect_s="- ${cout#My names is: }"
 	fi
+	"$LAB" exec "pkill -f '^/root/$c-server'; true" >/dev/null
 	ok=0; [ $rc = 0 ] && [[ "$cout" == *"$expect_c"* ]] && [[ "$sout" == *"$expect_s"* ]] && ok=1
 	report "$c: librpma server ($FABRIC) <- goverbs client" $ok "$cout"$'\n'"$sout"
 	[ "$FABRIC" = siw ] && case $c in 03*|06*) continue ;; esac # see the header

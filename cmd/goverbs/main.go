@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	gvcapture "github.com/goverbs/goverbs/capture"
 )
 
 func main() {
@@ -41,6 +43,16 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// exitError is a failure with its own exit status (a command that stat
+// ran).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
 // badUsage returns a usageError for command cmd.
 func badUsage(cmd, format string, a ...any) error {
 	return &usageError{cmd, fmt.Errorf(format, a...)}
@@ -49,11 +61,28 @@ func badUsage(cmd, format string, a ...any) error {
 // run runs the command line args (without the program name) and returns
 // the exit status: 0, 1 when the command failed, 2 for a bad command line.
 func run(args []string) int {
+	args, file, err := captureFlag(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		return 2
+	}
+	if file != "" {
+		rec, err := gvcapture.Start(file, gvcapture.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goverbs:", err)
+			return 1
+		}
+		defer func() {
+			if err := rec.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "goverbs:", err)
+			}
+			fmt.Fprintf(os.Stderr, "goverbs: %d packets recorded in %s\n", rec.Packets(), file)
+		}()
+	}
 	if len(args) < 1 {
 		usage(os.Stderr)
 		return 2
 	}
-	var err error
 	switch args[0] {
 	case "devices":
 		err = devices(args[1:])
@@ -65,6 +94,8 @@ func run(args []string) int {
 		err = perfCmd(args[1:])
 	case "stat":
 		err = stat(args[1:])
+	case "soak":
+		err = soak(args[1:])
 	case "-h", "-help", "--help", "help":
 		usage(helpOut)
 		return 0
@@ -74,11 +105,15 @@ func run(args []string) int {
 		return 2
 	}
 	var ue *usageError
+	var ee *exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errHelp):
 		return 0
+	case errors.As(err, &ee):
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		return ee.code
 	case errors.As(err, &ue):
 		fmt.Fprintf(os.Stderr, "goverbs %s: %v\n(goverbs %s -h for help)\n", ue.cmd, ue.err, ue.cmd)
 		return 2
@@ -86,6 +121,30 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "goverbs:", err)
 		return 1
 	}
+}
+
+// captureFlag takes --capture FILE (or --capture=FILE, -capture FILE) out
+// of args, wherever it is: every command records its traffic with it.
+func captureFlag(args []string) (rest []string, file string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(rest, args[i:]...), file, nil
+		}
+		switch {
+		case a == "--capture" || a == "-capture":
+			if i+1 == len(args) {
+				return nil, "", errors.New("--capture needs a file name")
+			}
+			file = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--capture=") || strings.HasPrefix(a, "-capture="):
+			file = a[strings.IndexByte(a, '=')+1:]
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return rest, file, nil
 }
 
 func usage(w io.Writer) {
@@ -101,12 +160,17 @@ commands:
   perf [TEST [SERVER] [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [--json] [--server]]
                     perftest-style send/write/read/atomic latency and bandwidth;
                     with no SERVER, both ends in this process (loopback)
+  soak [-a ADDR] [-D DURATION] [-q CONNS] [--kill-every DURATION]
+                    mixed operations against a peer process it kills now and
+                    then, every byte verified; reports lost or corrupted work
   stat [--json] COMMAND [ARGS...]
                     run a command, then print the counters of the devices it
                     used (messages and bytes per opcode, errors, retransmits)
 
 Flags may come before or after the other arguments; goverbs COMMAND -h
-describes each.
+describes each. Every command takes --capture FILE: its RDMA traffic is
+recorded to FILE as pcapng, which Wireshark decodes (RoCEv2; see go doc
+github.com/goverbs/goverbs/capture).
 `)
 }
 

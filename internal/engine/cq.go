@@ -136,9 +136,18 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 			// The arming is taken before the completion is visible, as a
 			// CQ lock makes it in rxe: a poller that sees this completion
 			// and re-arms must get an event for the next one, not have
-			// its ReqNotify consumed by this one.
-			fire := cq.disarm(wc.Status != verbs.WCSuccess || solicited)
+			// its ReqNotify consumed by this one. And again after: an
+			// arming made while it was being published, by a poller that
+			// then found the CQ still empty, must get this completion's
+			// event, or it would wait for ever. (Only an arming made in
+			// the few instructions between the two, by a poller that saw
+			// the completion, gets an event it did not need.)
+			sol := wc.Status != verbs.WCSuccess || solicited
+			fire := cq.disarm(sol)
 			s.seq.Store(pos + 1)
+			if !fire {
+				fire = cq.disarm(sol)
+			}
 			cq.wakeup(fire)
 			return true
 		case seq < pos:
@@ -278,16 +287,22 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Wait implements driver.CQ: a bounded spin, then a blocking wait.
+// Wait implements driver.CQ: a spin of the verbs CQ's WaitSpin (driving
+// polled mode, when the CQ's transports have it), then a blocking wait.
+// The spin covers a completion due within microseconds, which then comes
+// without the system calls of a wake-up; an idle CQ still costs no CPU
+// past it.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && cq.ctx.dev.cfg.WaitSpin > 0 {
-		deadline := time.Now().Add(cq.ctx.dev.cfg.WaitSpin)
+	if spin := cq.v.WaitSpin(); spin > 0 {
+		deadline := time.Now().Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
 			}
-			for _, p := range *ps {
-				p.poll(nil, nil)
+			if ps := cq.pollers.Load(); ps != nil {
+				for _, p := range *ps {
+					p.poll(nil, nil)
+				}
 			}
 			if i%16 == 0 {
 				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {
@@ -343,25 +358,25 @@ func (cq *CQ) Destroy() error {
 	return nil
 }
 
-// CompChannel is the engine's completion channel: a queue of CQ events and an
-// eventfd that is readable while the queue is not empty.
+// CompChannel is the engine's completion channel: a queue of CQ events and,
+// once Fd is asked for, an eventfd that is readable while the queue is not
+// empty. The descriptor is made only then: a channel waited on through
+// GetEvent (rdmacm makes two per connection) costs no descriptor and no
+// system call per event.
 type CompChannel struct {
 	ctx    *Context
 	mu     sync.Mutex
 	q      []*verbs.CQ
 	wake   chan struct{} // capacity 1: a hint that q may be non-empty
-	fd     eventFD
+	fd     eventFD       // none until Fd
+	fdMade bool
 	refs   atomic.Int32 // CQs using the channel
 	closed bool
 	done   chan struct{}
 }
 
 func newCompChannel(ctx *Context) (*CompChannel, error) {
-	fd, err := newEventFD()
-	if err != nil {
-		return nil, err
-	}
-	return &CompChannel{ctx: ctx, wake: make(chan struct{}, 1), fd: fd, done: make(chan struct{})}, nil
+	return &CompChannel{ctx: ctx, wake: make(chan struct{}, 1), fd: noEventFD, done: make(chan struct{})}, nil
 }
 
 func (ch *CompChannel) deliver(cq *verbs.CQ) {
@@ -413,8 +428,24 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 	}
 }
 
-// Fd implements driver.CompChannel.
-func (ch *CompChannel) Fd() int { return ch.fd.fd() }
+// Fd implements driver.CompChannel: the first call makes the eventfd,
+// readable at once if events are queued; -1 when it cannot be made (out
+// of descriptors: the next call tries again).
+func (ch *CompChannel) Fd() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.fdMade && !ch.closed {
+		fd, err := newEventFD()
+		if err != nil {
+			return -1
+		}
+		ch.fd, ch.fdMade = fd, true
+		for range ch.q {
+			ch.fd.add()
+		}
+	}
+	return ch.fd.fd()
+}
 
 // Close implements driver.CompChannel.
 func (ch *CompChannel) Close() error {

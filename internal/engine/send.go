@@ -58,7 +58,7 @@ var opClass = [16]uint16{
 // (postDirect); every other one is queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
-	if len(wrs) == 1 && q.direct != nil && faultHook.Load() == nil {
+	if len(wrs) == 1 && q.direct != nil && faultHook.Load() == nil && captureHook.Load() == nil {
 		wr := &wrs[0]
 		n, inline, err := q.check(wr)
 		if err != nil {
@@ -264,7 +264,7 @@ func resetWQE(w *WQE, wr *verbs.SendWR, n uint64) {
 	w.Len, w.Retries, w.Data = uint32(n), 0, nil
 	w.status = verbs.WCSuccess
 	w.rdAtomic, w.early, w.earlySt = false, false, verbs.WCSuccess
-	w.asked, w.fault = false, verbs.WCSuccess
+	w.asked, w.fault, w.capd = false, verbs.WCSuccess, false
 	w.sge, w.inl = w.sge[:0], w.inl[:0]
 }
 
@@ -341,6 +341,9 @@ func (q *QP) progressLocked() {
 		if h := faultHook.Load(); h != nil && !w.asked && !q.askFault(*h, w) {
 			q.retire()
 			continue
+		}
+		if h := captureHook.Load(); h != nil {
+			q.capture(*h, w, false)
 		}
 		seq, kicks := w.seq, q.kicks.Load()
 		q.mu.Unlock()
@@ -450,6 +453,9 @@ func (q *QP) retire() {
 			break
 		}
 		q.countSend(w)
+		if h := captureHook.Load(); h != nil {
+			q.capture(*h, w, true)
+		}
 		if w.signaled || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
 			switch {

@@ -111,6 +111,13 @@ func (b *batch) flush(d *device) {
 		err := d.write(b, nil)
 		switch err {
 		case nil:
+			if captureFn.Load() != nil {
+				for i, off := 0, 0; i < b.n; i++ {
+					l := min(b.seg, len(b.buf)-off)
+					b.captured(d, uint16(i), b.buf[off:off+l])
+					off += l
+				}
+			}
 			d.stats.Sent.Add(uint64(b.n))
 			b.reset()
 			return
@@ -157,8 +164,20 @@ func (b *batch) flush(d *device) {
 	b.reset()
 }
 
+// captured shows packet pkt, datagram id of the batch, to the capture.
+func (b *batch) captured(d *device, id uint16, pkt []byte) {
+	sport := uint16(ib.UDPPort)
+	if b.src != nil {
+		sport = b.src.port
+	}
+	d.captured(netip.AddrPortFrom(d.addr, sport), netip.AddrPortFrom(b.to, ib.UDPPort), id, pkt)
+}
+
 // send sends one packet of the batch.
 func (b *batch) send(d *device, pkt []byte) {
+	if captureFn.Load() != nil {
+		b.captured(d, 0, pkt)
+	}
 	if err := d.write(b, pkt); err != nil {
 		d.stats.SendFail.Add(1)
 	} else {

@@ -131,11 +131,12 @@ func newDevice(name string, addr netip.Addr) *device {
 	guid := guidOf(addr)
 	gid := ib.GIDOf(addr)
 	d.eng = engine.NewDevice(engine.Config{
-		Name:      name,
-		GUID:      guid,
-		NodeType:  verbs.NodeCA,
-		Transport: verbs.TransportIB,
-		GID:       verbs.GID(gid),
+		Name:       name,
+		GUID:       guid,
+		NodeType:   verbs.NodeCA,
+		Transport:  verbs.TransportIB,
+		OwnCapture: true,
+		GID:        verbs.GID(gid),
 		Attr: verbs.DeviceAttr{
 			FWVer:           "goverbs-roce 1",
 			MaxMRSize:       1 << 40,
@@ -373,6 +374,9 @@ func (d *device) setPolled(on bool) {
 
 // receive checks a datagram and hands it to its QP.
 func (d *device) receive(b []byte, from netip.AddrPort, ho *engine.Handoff) {
+	if captureFn.Load() != nil {
+		d.captured(from, netip.AddrPortFrom(d.addr, ib.UDPPort), 0, b)
+	}
 	if len(b) < ib.BTHLen+ib.ICRCLen {
 		d.stats.Malformed.Add(1)
 		return
@@ -438,6 +442,9 @@ func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
 	pkt = pkt[:len(pkt)+ib.ICRCLen]
 	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
 	d.tx.pkt, d.tx.sa, d.tx.wait, d.tx.err = pkt, sa, wait, nil
+	if captureFn.Load() != nil {
+		d.captured(netip.AddrPortFrom(d.addr, ib.UDPPort), netip.AddrPortFrom(to, ib.UDPPort), 0, pkt)
+	}
 	err := d.tx.send(raw)
 	d.tx.Unlock()
 	if err != nil {

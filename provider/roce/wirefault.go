@@ -1,5 +1,10 @@
 package roce
 
+import (
+	"net/netip"
+	"sync/atomic"
+)
+
 // What happens to a datagram a device sends, under SetWireFaults.
 const (
 	FaultPass = faultPass // sent
@@ -25,4 +30,31 @@ func SetWireFaults(f func(pkt []byte) FaultKind) (restore func()) {
 	}
 	old := faults.Swap(p)
 	return func() { faults.Store(old) }
+}
+
+// CaptureFunc receives a copy of each datagram a device sends or receives:
+// its addresses and ports, the IPv4 identification it carries (which the
+// ICRC covers), and the RoCE packet (BTH to ICRC), valid during the call.
+type CaptureFunc func(dev string, src, dst netip.AddrPort, ipID uint16, pkt []byte)
+
+var captureFn atomic.Pointer[CaptureFunc]
+
+// SetCapture makes every RoCE device of the process show its datagrams to
+// f (nil: none), for package capture; it returns the previous one.
+func SetCapture(f CaptureFunc) CaptureFunc {
+	var p *CaptureFunc
+	if f != nil {
+		p = &f
+	}
+	if old := captureFn.Swap(p); old != nil {
+		return *old
+	}
+	return nil
+}
+
+// captured shows a datagram to the capture function, if one is set.
+func (d *device) captured(src, dst netip.AddrPort, id uint16, pkt []byte) {
+	if f := captureFn.Load(); f != nil {
+		(*f)(d.eng.Name(), src, dst, id, pkt)
+	}
 }
