@@ -1,16 +1,16 @@
 #!/bin/bash
-# rdmacore-interop.sh - goverbs on the real devices of ../shared/vmlab's
+# rdmacore-interop.sh - goverbs on the real devices of the lab VM's
 # guest (provider rdmacore, built with -tags rdmacore) against goverbs'
 # pure-Go providers on the host, both directions:
 #   iwarp0 (host, iWARP over TCP)  <->  siw0 (guest, kernel siw via rdma_cm)
 #   roce   (host, RoCEv2 over UDP)  <->  rxe0 (guest, kernel rxe via rdma_cm)
 # with goverbs ping (rping's protocol, -V) and goverbs perf -R (perftest's
 # rdma_cm protocol), and goverbs perf over rxe0 and siw0 inside the guest.
-# Exit status 0 only if every case passed. Env: LAB (vmlab.sh).
+# Exit status 0 only if every case passed. Env: VMLAB (the lab's vmlab.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LAB=${LAB:-$(cd .. && pwd)/shared/vmlab/vmlab.sh}
-[ -x "$LAB" ] || LAB=/work/shared/vmlab/vmlab.sh
+LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
 go build -o "$BIN/goverbs-host" ./cmd/goverbs || exit 1

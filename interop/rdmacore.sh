@@ -1,7 +1,7 @@
 #!/bin/bash
 # rdmacore.sh - run provider/rdmacore's tests (the provider-independent
 # conformance suite and the provider's own device tests) on the real rxe0
-# and siw0 of ../shared/vmlab: build the tagged test binary here (the host
+# and siw0 of the lab's VM (see README.md): build the tagged test binary here (the host
 # has the guest's Debian release and rdma-core), copy it into the guest,
 # run it once per device, and report pass/skip/fail per case.
 #
@@ -11,11 +11,11 @@
 # fails the run (a device test skips only when it finds no device, which in
 # the lab is a broken setup). Cases the suite does not apply to a device
 # (its Caps) are listed as "not applicable" by the suite itself.
-# Env: LAB (vmlab.sh), GUESTDIR (/root/goverbs-rdmacore), TIMEOUT (per device, s).
+# Env: VMLAB (the lab's vmlab.sh), GUESTDIR (/root/goverbs-rdmacore), TIMEOUT (per device, s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LAB=${LAB:-$(cd .. && pwd)/shared/vmlab/vmlab.sh}
-[ -x "$LAB" ] || LAB=/work/shared/vmlab/vmlab.sh
+LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 GUESTDIR=${GUESTDIR:-/root/goverbs-rdmacore}
 TIMEOUT=${TIMEOUT:-600}
 run=.
