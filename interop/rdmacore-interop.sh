@@ -4,8 +4,9 @@
 # pure-Go providers on the host, both directions:
 #   iwarp0 (host, iWARP over TCP)  <->  siw0 (guest, kernel siw via rdma_cm)
 #   roce   (host, RoCEv2 over UDP)  <->  rxe0 (guest, kernel rxe via rdma_cm)
-# with goverbs ping (rping's protocol, -V) and goverbs perf -R (perftest's
-# rdma_cm protocol), and goverbs perf over rxe0 and siw0 inside the guest.
+# with goverbs ping (rping's protocol, -V), goverbs perf -R (perftest's
+# rdma_cm protocol) and the rpma examples 01 and 04 (over siw0), and goverbs
+# perf over rxe0 and siw0 inside the guest (14 cases).
 # Exit status 0 only if every case passed. Env: VMLAB (the lab's vmlab.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,10 @@ BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
 go build -o "$BIN/goverbs-host" ./cmd/goverbs || exit 1
 go build -tags rdmacore -ldflags=-s -o "$BIN/goverbs" ./cmd/goverbs || exit 1
+for ex in 01-connection 04-write-to-persistent; do
+	go build -o "$BIN/$ex-host" ./examples/rpma/$ex || exit 1
+	go build -tags rdmacore -ldflags=-s -o "$BIN/$ex" ./examples/rpma/$ex || exit 1
+done
 "$LAB" status >/dev/null 2>&1 && TIMEOUT=20 "$LAB" exec true >/dev/null 2>&1 || {
 	echo "vmlab is not running: $LAB build && $LAB start"; exit 1; }
 push() { # LOCAL GUEST, in chunks (vmlab's push passes the file as one argument)
@@ -26,6 +31,9 @@ push() { # LOCAL GUEST, in chunks (vmlab's push passes the file as one argument)
 	"$LAB" exec "base64 -d '$2.b64' | gunzip > '$2' && rm -f '$2.b64' && chmod +x '$2'" >/dev/null
 }
 push "$BIN/goverbs" /root/goverbs-rc || { echo "push failed"; exit 1; }
+for ex in 01-connection 04-write-to-persistent; do
+	push "$BIN/$ex" /root/goverbs-rc-$ex || { echo "push failed"; exit 1; }
+done
 G=/root/goverbs-rc H=$BIN/goverbs-host
 pass=0 fail=0
 check() { # NAME OUTPUT PATTERN...: every pattern must be in OUTPUT
@@ -75,6 +83,15 @@ host_server "perf -R read_bw guest rxe0 -> host roce" "$H perf read_bw -R --serv
 	"$G perf read_bw -R -d rxe0 10.78.0.1 -p PORT -n 500" "device rxe0" "provider roce" "$row"
 guest_server "perf -R send_lat host roce -> guest rxe0" "$G perf send_lat -R -d rxe0 --server -p PORT -n 500" \
 	"$H perf send_lat -R --bind 10.78.0.1 10.78.0.2 -p PORT -n 500" "provider roce" "device rxe0" '^ *2 *500 '
+# goverbs' rpma examples: rdmacore on siw0 in the guest, iwarp0 on the host.
+for ex in 01-connection 04-write-to-persistent; do
+	want="Received a message: Hello"
+	[ $ex = 04-write-to-persistent ] && want="New value: Hello world!"
+	guest_server "rpma $ex host iwarp0 -> guest siw0" "/root/goverbs-rc-$ex server -a 10.77.0.2 -p PORT" \
+		"$BIN/$ex-host client -a 10.77.0.2 -p PORT" "$want"
+	host_server "rpma $ex guest siw0 -> host iwarp0" "$BIN/$ex-host server -a 10.77.0.1 -p PORT" \
+		"/root/goverbs-rc-$ex client -a 10.77.0.1 -p PORT" "$want"
+done
 for d in rxe0 siw0; do
 	out=$(TIMEOUT=200 "$LAB" exec "timeout 180 $G perf send_lat -d $d -n 1000 2>&1; timeout 180 $G perf write_bw -d $d -n 500 2>&1")
 	check "perf over $d (guest loopback)" "$out" "device $d" '^ *2 *1000 ' "$row"
