@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,7 +83,11 @@ func TestRDMACMKernel(t *testing.T) {
 				case <-ctx.Done():
 				}
 			}()
-			addr := ln.LocalAddr().String() // no scheme: the kernel's CM must claim it
+			// Without its scheme: the kernel's CM must claim the address.
+			addr := strings.TrimPrefix(ln.LocalAddr().String(), "rdma://")
+			if !strings.HasPrefix(ln.LocalAddr().String(), "rdma://") {
+				t.Fatalf("listener address %v, want it in the rdma:// scheme", ln.LocalAddr())
+			}
 			id, err := rdmacm.Dial(ctx, addr, attr, &rdmacm.ConnParam{PrivateData: []byte("hello?")})
 			if err != nil {
 				t.Fatalf("Dial %s: %v", addr, err)
@@ -146,7 +151,7 @@ func TestRDMACMKernelReject(t *testing.T) {
 				req.Close()
 			}()
 			attr := &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
-			_, err = rdmacm.Dial(ctx, "rdma://"+ln.LocalAddr().String(), attr, nil)
+			_, err = rdmacm.Dial(ctx, ln.LocalAddr().String(), attr, nil)
 			var rej *rdmacm.RejectedError
 			if !errors.As(err, &rej) {
 				t.Fatalf("Dial to a rejecting listener: %v, want a RejectedError", err)
