@@ -31,6 +31,7 @@ const (
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
 	spinTime       = 50 * time.Microsecond
+	idleHandoff    = time.Millisecond
 	wcBatch        = 32
 )
 
@@ -107,14 +108,15 @@ type Conn struct {
 	wrShut   bool  // CloseWrite was called
 	err      error // the connection failed
 
-	active   atomic.Int32 // Reads and Writes in progress
-	closed   atomic.Bool
-	closedCh chan struct{}
-	ctx      context.Context // for CQ.Wait; cancelled by Close
-	cancel   context.CancelFunc
-	needWait chan struct{}
-	waitDone chan struct{}
-	rd, wr   direction
+	active    atomic.Int32 // Reads and Writes in progress
+	idleTimer *time.Timer
+	closed    atomic.Bool
+	closedCh  chan struct{}
+	ctx       context.Context // for CQ.Wait; cancelled by Close
+	cancel    context.CancelFunc
+	needWait  chan struct{}
+	waitDone  chan struct{}
+	rd, wr    direction
 
 	// Scratch space of the hot paths, so that they do not allocate.
 	swr   [2]verbs.SendWR
@@ -257,6 +259,12 @@ func newConn(s connSetup) (c *Conn, err error) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rd.init()
 	c.wr.init()
+	c.idleTimer = time.AfterFunc(time.Hour, func() {
+		if c.active.Load() == 0 {
+			notify(c.needWait)
+		}
+	})
+	c.idleTimer.Stop()
 	return c, nil
 }
 
@@ -653,10 +661,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
-// idle ends a Read or Write; the last one hands polling to the waiter.
+// idle ends a Read or Write; when none follows within idleHandoff, the
+// waiter takes over polling (at once it would only compete with the next
+// call's own polling, in a request/response loop).
 func (c *Conn) idle() {
 	if c.active.Add(-1) == 0 {
-		notify(c.needWait)
+		c.idleTimer.Reset(idleHandoff)
 	}
 }
 
@@ -903,6 +913,10 @@ func (c *Conn) Close() error {
 	defer c.readMu.Unlock()
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	// Stop the waiter first: from here on this goroutine alone polls, and
+	// a CQ.Wait of its own would miss the completions another poller took.
+	c.cancel()
+	<-c.waitDone
 
 	c.mu.Lock()
 	if !c.sentDisc && c.err == nil {
@@ -922,14 +936,13 @@ func (c *Conn) Close() error {
 		if done || time.Now().After(deadline) {
 			break
 		}
-		ctx, cancel := context.WithDeadline(c.ctx, deadline)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		c.cq.Wait(ctx)
 		cancel()
 	}
-	c.cancel()
-	<-c.waitDone
 	c.rd.set(time.Time{})
 	c.wr.set(time.Time{})
+	c.idleTimer.Stop()
 	return c.free()
 }
 
