@@ -108,15 +108,17 @@ type Conn struct {
 	wrShut   bool  // CloseWrite was called
 	err      error // the connection failed
 
-	active    atomic.Int32 // Reads and Writes in progress
-	idleTimer *time.Timer
-	closed    atomic.Bool
-	closedCh  chan struct{}
-	ctx       context.Context // for CQ.Wait; cancelled by Close
-	cancel    context.CancelFunc
-	needWait  chan struct{}
-	waitDone  chan struct{}
-	rd, wr    direction
+	active     atomic.Int32 // Reads and Writes in progress
+	idleTimer  *time.Timer
+	idleMu     sync.Mutex
+	idleCancel context.CancelFunc // ends the waiter's idle CQ.Wait
+	closed     atomic.Bool
+	closedCh   chan struct{}
+	ctx        context.Context // for CQ.Wait; cancelled by Close
+	cancel     context.CancelFunc
+	needWait   chan struct{}
+	waitDone   chan struct{}
+	rd, wr     direction
 
 	// Scratch space of the hot paths, so that they do not allocate.
 	swr   [2]verbs.SendWR
@@ -333,18 +335,40 @@ func (c *Conn) waiter() {
 		// blocks; otherwise this goroutine keeps the protocol going (the
 		// peer's disconnect is answered even while the application is
 		// busy elsewhere).
+		ctx := c.ctx
+		var cancel context.CancelFunc
 		if c.active.Load() > 0 {
 			select {
 			case <-c.needWait:
 			case <-c.closedCh:
 				return
 			}
-		} else if c.closed.Load() {
-			return
+		} else {
+			// Idle: wait until a call starts (busy cancels this wait). Left
+			// blocked in CQ.Wait while a call polls, this goroutine would
+			// miss the completions of a QP that the call's polling put in
+			// polled mode, once the call blocks in turn.
+			ctx, cancel = context.WithCancel(c.ctx)
+			c.idleMu.Lock()
+			c.idleCancel = cancel
+			c.idleMu.Unlock()
+			if c.active.Load() > 0 || c.closed.Load() {
+				cancel()
+			}
 		}
-		if err := c.cq.Wait(c.ctx); err != nil {
+		err := c.cq.Wait(ctx)
+		if cancel != nil {
+			c.idleMu.Lock()
+			c.idleCancel = nil
+			c.idleMu.Unlock()
+			cancel()
+		}
+		if err != nil {
 			if c.ctx.Err() != nil {
 				return
+			}
+			if ctx.Err() != nil {
+				continue // a call started
 			}
 			c.mu.Lock()
 			c.fail(fmt.Errorf("waiting for completions: %w", err))
@@ -627,7 +651,7 @@ func (c *Conn) postWriteMsg(kind uint64, held int, sgl []verbs.SGE, inline []byt
 func (c *Conn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	c.active.Add(1)
+	c.busy()
 	defer c.idle()
 	if c.closed.Load() {
 		return 0, c.opErr("read", net.ErrClosed)
@@ -658,6 +682,19 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if err := c.block(&c.rd, i, &spinStart); err != nil {
 			return 0, c.opErr("read", err)
 		}
+	}
+}
+
+// busy starts a Read or Write; the first one takes polling back from the
+// waiter.
+func (c *Conn) busy() {
+	if c.active.Add(1) == 1 {
+		c.idleMu.Lock()
+		if c.idleCancel != nil {
+			c.idleCancel()
+			c.idleCancel = nil
+		}
+		c.idleMu.Unlock()
 	}
 }
 
@@ -751,7 +788,7 @@ func (c *Conn) block(d *direction, i int, spinStart *time.Time) error {
 func (c *Conn) Write(p []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	c.active.Add(1)
+	c.busy()
 	defer c.idle()
 	if c.closed.Load() {
 		return 0, c.opErr("write", net.ErrClosed)
