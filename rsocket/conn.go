@@ -30,7 +30,7 @@ const (
 	maxXfer        = 128 << 10 // largest single data message
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
-	spinTime       = 50 * time.Microsecond
+	maxSpin        = 50 * time.Microsecond
 	idleHandoff    = time.Millisecond
 	wcBatch        = 32
 )
@@ -129,25 +129,19 @@ type Conn struct {
 	msgB  [2][msgLen]byte
 }
 
-// direction is the deadline and wake-up of one side (read or write).
+// direction is the deadline and the wait of one side (read or write).
 type direction struct {
 	deadline atomic.Int64 // UnixNano; 0: none
-	wake     chan struct{}
+	wc       waitCtx      // what a blocked call's CQ.Wait waits on
 	tmu      sync.Mutex
 	timer    *time.Timer
-}
-
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
+	spin     time.Duration // current spin budget (adaptive)
 }
 
 func (d *direction) init() {
-	d.wake = make(chan struct{}, 1)
-	d.timer = time.AfterFunc(time.Hour, func() { notify(d.wake) })
+	d.timer = time.AfterFunc(time.Hour, d.wc.fire)
 	d.timer.Stop()
+	d.spin = maxSpin
 }
 
 func (d *direction) set(t time.Time) {
@@ -160,7 +154,50 @@ func (d *direction) set(t time.Time) {
 		d.timer.Reset(time.Until(t))
 	}
 	d.tmu.Unlock()
-	notify(d.wake) // a blocked call looks at the new deadline
+	d.wc.fire() // a blocked call looks at the new deadline
+}
+
+// waitCtx is the context a blocked call hands CQ.Wait: armed before the
+// call's last look at the state, fired by whatever may change it (a poll
+// that took completions, a deadline, Close). One per direction, so that
+// blocking allocates only the channel.
+type waitCtx struct {
+	mu    sync.Mutex
+	ch    chan struct{}
+	fired bool
+}
+
+func (w *waitCtx) arm() {
+	w.mu.Lock()
+	w.ch, w.fired = make(chan struct{}), false
+	w.mu.Unlock()
+}
+
+func (w *waitCtx) fire() {
+	w.mu.Lock()
+	if w.ch != nil && !w.fired {
+		close(w.ch)
+		w.fired = true
+	}
+	w.mu.Unlock()
+}
+
+func (w *waitCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (w *waitCtx) Value(any) any               { return nil }
+
+func (w *waitCtx) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+func (w *waitCtx) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fired {
+		return context.Canceled
+	}
+	return nil
 }
 
 // expired reports whether the deadline has passed.
@@ -326,8 +363,8 @@ func (c *Conn) start(peer []byte) error {
 	return nil
 }
 
-// waiter blocks on the CQ for the Reads and Writes that wait, so that
-// completions that arrive while nobody polls still wake them.
+// waiter polls while no Read or Write does: the protocol goes on (the
+// peer's disconnect is answered) while the application is elsewhere.
 func (c *Conn) waiter() {
 	defer close(c.waitDone)
 	for {
@@ -339,10 +376,11 @@ func (c *Conn) waiter() {
 		var cancel context.CancelFunc
 		if c.active.Load() > 0 {
 			select {
-			case <-c.needWait:
+			case <-c.needWait: // the idle timer: no call for idleHandoff
 			case <-c.closedCh:
 				return
 			}
+			continue
 		} else {
 			// Idle: wait until a call starts (busy cancels this wait). Left
 			// blocked in CQ.Wait while a call polls, this goroutine would
@@ -373,15 +411,13 @@ func (c *Conn) waiter() {
 			c.mu.Lock()
 			c.fail(fmt.Errorf("waiting for completions: %w", err))
 			c.mu.Unlock()
-			notify(c.rd.wake)
-			notify(c.wr.wake)
+			c.rd.wc.fire()
+			c.wr.wc.fire()
 			return
 		}
 		c.mu.Lock()
 		c.pollLocked()
 		c.mu.Unlock()
-		notify(c.rd.wake)
-		notify(c.wr.wake)
 	}
 }
 
@@ -423,6 +459,8 @@ func (c *Conn) pollLocked() int {
 			}
 		}
 		c.updateCredits()
+		c.rd.wc.fire() // a blocked call looks again
+		c.wr.wc.fire()
 	}
 	return total
 }
@@ -662,24 +700,27 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var spinStart time.Time
-	for i := 0; ; i++ {
+	var w waitState
+	for {
+		w.arm(&c.rd)
 		c.mu.Lock()
 		c.pollLocked()
 		count := c.rmsgTail - c.rmsgHead
 		if count != 0 {
 			c.mu.Unlock()
+			w.done(&c.rd)
 			return c.copyOut(p), nil
 		}
 		eof, err := c.peerEOF, c.err
 		c.mu.Unlock()
 		if eof {
+			w.done(&c.rd)
 			return 0, io.EOF
 		}
 		if err != nil {
 			return 0, c.opErr("read", err)
 		}
-		if err := c.block(&c.rd, i, &spinStart); err != nil {
+		if err := c.block(&c.rd, &w); err != nil {
 			return 0, c.opErr("read", err)
 		}
 	}
@@ -742,40 +783,77 @@ func (c *Conn) copyOut(p []byte) int {
 	c.rseqNo += uint16(msgs)
 	c.updateCredits()
 	c.mu.Unlock()
-	notify(c.wr.wake) // a credit update may have waited for a control slot
 	return n
 }
 
+// waitState is one call's way through spinning and blocking.
+type waitState struct {
+	i        int
+	start    time.Time
+	blocking bool // the spin is over: arm before each look
+}
+
+func (w *waitState) arm(d *direction) {
+	if w.blocking {
+		d.wc.arm()
+	}
+}
+
+// done adapts the spin budget: a spin that found its event is worth
+// its time again (doubled), one that had to block is halved, so that a
+// call that always blocks (a server waiting for requests) stops burning
+// a CPU that the other goroutines need.
+func (w *waitState) done(d *direction) {
+	if w.i == 0 {
+		return
+	}
+	if w.blocking {
+		d.spin /= 2
+	} else {
+		d.spin = min(2*d.spin+time.Microsecond, maxSpin)
+	}
+}
+
 // block waits for the connection to change: a bounded spin first (a
-// parked goroutine takes tens of microseconds to wake), then the waiter
-// goroutine's CQ event, a deadline or Close.
-func (c *Conn) block(d *direction, i int, spinStart *time.Time) error {
+// parked goroutine takes tens of microseconds to wake), then CQ.Wait on
+// the direction's armed context, which a poll with news, a deadline or
+// Close fires.
+func (c *Conn) block(d *direction, w *waitState) error {
 	if c.closed.Load() {
 		return net.ErrClosed
 	}
-	if i&15 == 15 || i == 0 {
-		if d.expired() {
-			return os.ErrDeadlineExceeded
+	if !w.blocking {
+		w.i++
+		if w.i == 1 {
+			if d.expired() {
+				return os.ErrDeadlineExceeded
+			}
+			w.start = time.Now()
 		}
-		now := time.Now()
-		if i == 0 {
-			*spinStart = now
-		}
-		if now.Sub(*spinStart) < spinTime {
+		if w.i&15 == 0 {
+			if d.expired() {
+				return os.ErrDeadlineExceeded
+			}
+			if time.Since(w.start) >= d.spin {
+				w.blocking = true // arm, look once more, then wait
+				return nil
+			}
 			runtime.Gosched()
-			return nil
 		}
-	} else {
 		return nil
 	}
-	notify(c.needWait)
-	select {
-	case <-d.wake:
-	case <-c.closedCh:
+	if d.expired() {
+		return os.ErrDeadlineExceeded
+	}
+	err := c.cq.Wait(&d.wc)
+	if c.closed.Load() {
 		return net.ErrClosed
 	}
 	if d.expired() {
 		return os.ErrDeadlineExceeded
+	}
+	if err != nil && err != context.Canceled {
+		return err
 	}
 	return nil
 }
@@ -797,8 +875,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return 0, c.opErr("write", os.ErrDeadlineExceeded)
 	}
 	n := 0
-	var spinStart time.Time
-	for i := 0; n < len(p); {
+	var w waitState
+	for n < len(p) {
+		w.arm(&c.wr)
 		c.mu.Lock()
 		c.pollLocked()
 		switch {
@@ -822,13 +901,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		if c.sqeAvail < need || c.sseqNo == c.sseqComp || xfer == 0 {
 			c.mu.Unlock()
-			if err := c.block(&c.wr, i, &spinStart); err != nil {
+			if err := c.block(&c.wr, &w); err != nil {
 				return n, c.opErr("write", err)
 			}
-			i++
 			continue
 		}
-		i = 0
+		w.done(&c.wr)
+		w = waitState{}
 		raddr, rkey := t.Addr, t.Key
 		t.Addr += uint64(xfer)
 		if t.Length -= uint32(xfer); t.Length == 0 {
@@ -946,6 +1025,8 @@ func (c *Conn) Close() error {
 		return c.opErr("close", net.ErrClosed)
 	}
 	close(c.closedCh)
+	c.rd.wc.fire()
+	c.wr.wc.fire()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.writeMu.Lock()
@@ -1037,3 +1118,10 @@ func (c *Conn) SetReadDeadline(t time.Time) error { c.rd.set(t); return nil }
 
 // SetWriteDeadline sets the deadline of Write calls.
 func (c *Conn) SetWriteDeadline(t time.Time) error { c.wr.set(t); return nil }
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
