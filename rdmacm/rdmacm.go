@@ -48,6 +48,12 @@ var (
 	ErrRejected    = cm.ErrRejected
 	ErrUnreachable = cm.ErrUnreachable
 	ErrClosed      = errors.New("rdmacm: identifier closed")
+
+	// An EventDisconnected's Err wraps ErrDisconnected when the peer ended
+	// the connection and ErrLocalDisconnect when this side did (Disconnect,
+	// Close); any other error means the connection was lost.
+	ErrDisconnected    = cm.ErrPeerDisconnect
+	ErrLocalDisconnect = cm.ErrLocalDisconnect
 )
 
 // RejectedError carries the private data of a rejection.
@@ -70,7 +76,7 @@ type ConnParam struct {
 	// a nil *ConnParam) means the device maximum, as in librdmacm.
 	ResponderResources uint8
 	InitiatorDepth     uint8
-	RetryCount         uint8 // carried for compatibility; iWARP has no retries
+	RetryCount         uint8 // retry_cnt of the QP over RoCE (0 means 7); iWARP (TCP) and shm have no retries
 	RNRRetryCount      uint8 // rnr_retry of the QP (7: retry for ever); a nil *ConnParam means 7
 	// Extensions (Connect only) offers the provider's extensions: over
 	// iWARP, RFC 7306 immediate data and atomics, which only goverbs peers
@@ -158,7 +164,7 @@ func params(p *ConnParam, maxPD int) (cm.Params, error) {
 		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
 	}
 	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions,
-		RNRRetry: min(p.RNRRetryCount, 7)}
+		RNRRetry: min(p.RNRRetryCount, 7), RetryCount: min(p.RetryCount, 7)}
 	if p.ResponderResources == MaxDepth {
 		cp.IRD = 128
 	}
@@ -187,15 +193,16 @@ type ID struct {
 	addr string // the address to connect to or listen on
 
 	// Verbs objects; those the ID created itself are destroyed with it.
-	Context *verbs.Context
-	PD      *verbs.PD
-	QP      *verbs.QP
-	SendCQ  *verbs.CQ
-	RecvCQ  *verbs.CQ
-	SendCh  *verbs.CompChannel // completion channels of SendCQ and RecvCQ (GetSendComp, GetRecvComp)
-	RecvCh  *verbs.CompChannel
-	ownCQs  bool
-	qpAttr  *verbs.QPInitAttr // for requests of a listener created by CreateEP
+	// mu guards them: read them through the methods of the same names.
+	vctx   *verbs.Context
+	pd     *verbs.PD
+	qp     *verbs.QP
+	sendCQ *verbs.CQ
+	recvCQ *verbs.CQ
+	sendCh *verbs.CompChannel
+	recvCh *verbs.CompChannel
+	ownCQs bool
+	qpAttr *verbs.QPInitAttr // for requests of a listener created by CreateEP
 
 	mu       sync.Mutex
 	state    idState
@@ -210,12 +217,80 @@ type ID struct {
 	peerORD  int
 	listenID *ID
 
-	// UserData is free for the application (the id's context pointer).
-	UserData any
+	userData any
 
 	pcfg any       // SetProviderConfig's
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
+}
+
+// Context returns the device context the identifier is bound to (the
+// verbs field of rdma_cm_id). It changes only when a connect or listen picks
+// another device before a QP exists.
+func (id *ID) Context() *verbs.Context {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.vctx
+}
+
+// PD returns the identifier's protection domain: the one its QP was created
+// in, else the device's default PD.
+func (id *ID) PD() *verbs.PD {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.pd
+}
+
+// QP returns the identifier's QP, nil before CreateQP and after DestroyQP.
+func (id *ID) QP() *verbs.QP {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.qp
+}
+
+// SendCQ returns the QP's send CQ, nil without a QP.
+func (id *ID) SendCQ() *verbs.CQ {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.sendCQ
+}
+
+// RecvCQ returns the QP's receive CQ, nil without a QP.
+func (id *ID) RecvCQ() *verbs.CQ {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.recvCQ
+}
+
+// SendCh returns the completion channel of the send CQ (the one
+// GetSendComp waits on), nil when the CQ has none.
+func (id *ID) SendCh() *verbs.CompChannel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.sendCh
+}
+
+// RecvCh returns the completion channel of the receive CQ (the one
+// GetRecvComp waits on), nil when the CQ has none.
+func (id *ID) RecvCh() *verbs.CompChannel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.recvCh
+}
+
+// UserData returns the value SetUserData stored (the context pointer of
+// rdma_cm_id).
+func (id *ID) UserData() any {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.userData
+}
+
+// SetUserData stores a value of the application's with the identifier.
+func (id *ID) SetUserData(v any) {
+	id.mu.Lock()
+	id.userData = v
+	id.mu.Unlock()
 }
 
 // SetProviderConfig gives the identifier's provider a configuration of its
@@ -250,7 +325,7 @@ func newIDOn(t cm.Transport, addr, name string) (*ID, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ID{tr: t, addr: addr, Context: ctx, PD: pd, events: make(chan Event, 64), done: make(chan struct{})}, nil
+	return &ID{tr: t, addr: addr, vctx: ctx, pd: pd, events: make(chan Event, 64), done: make(chan struct{})}, nil
 }
 
 // CreateID creates an identifier for addr (rdma_create_id + rdma_resolve_addr
@@ -378,13 +453,13 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	if id.state == stateClosed {
 		return ErrClosed
 	}
-	if id.QP != nil {
+	if id.qp != nil {
 		return fmt.Errorf("%w: the identifier already has a QP", verbs.ErrInvalid)
 	}
 	if pd == nil {
-		pd = id.PD
+		pd = id.pd
 	}
-	if pd.Context() != id.Context {
+	if pd.Context() != id.vctx {
 		return fmt.Errorf("%w: PD of another device", verbs.ErrInvalid)
 	}
 	if attr.QPType == 0 {
@@ -400,12 +475,12 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 		if err := id.createCQs(attr.Cap); err != nil {
 			return err
 		}
-		attr.SendCQ, attr.RecvCQ = id.SendCQ, id.RecvCQ
+		attr.SendCQ, attr.RecvCQ = id.sendCQ, id.recvCQ
 	} else if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return fmt.Errorf("%w: give both CQs or neither", verbs.ErrInvalid)
 	} else {
-		id.SendCQ, id.RecvCQ = attr.SendCQ, attr.RecvCQ
-		id.SendCh, id.RecvCh = attr.SendCQ.Channel(), attr.RecvCQ.Channel()
+		id.sendCQ, id.recvCQ = attr.SendCQ, attr.RecvCQ
+		id.sendCh, id.recvCh = attr.SendCQ.Channel(), attr.RecvCQ.Channel()
 	}
 	qp, err := pd.CreateQP(attr)
 	if err != nil {
@@ -418,7 +493,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 			id.destroyCQs()
 			return err
 		}
-		id.PD, id.QP = pd, qp
+		id.pd, id.qp = pd, qp
 		return nil
 	}
 	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
@@ -428,28 +503,28 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 		id.destroyCQs()
 		return err
 	}
-	id.PD, id.QP = pd, qp
+	id.pd, id.qp = pd, qp
 	return nil
 }
 
 func (id *ID) createCQs(c verbs.QPCap) error {
 	var err error
-	if id.SendCh, err = id.Context.CreateCompChannel(); err != nil {
+	if id.sendCh, err = id.vctx.CreateCompChannel(); err != nil {
 		return err
 	}
-	if id.RecvCh, err = id.Context.CreateCompChannel(); err != nil {
-		id.SendCh.Close()
+	if id.recvCh, err = id.vctx.CreateCompChannel(); err != nil {
+		id.sendCh.Close()
 		return err
 	}
-	if id.SendCQ, err = id.Context.CreateCQ(max(c.MaxSendWR, 1), id.SendCh); err != nil {
-		id.SendCh.Close()
-		id.RecvCh.Close()
+	if id.sendCQ, err = id.vctx.CreateCQ(max(c.MaxSendWR, 1), id.sendCh); err != nil {
+		id.sendCh.Close()
+		id.recvCh.Close()
 		return err
 	}
-	if id.RecvCQ, err = id.Context.CreateCQ(max(c.MaxRecvWR, 1), id.RecvCh); err != nil {
-		id.SendCQ.Destroy()
-		id.SendCh.Close()
-		id.RecvCh.Close()
+	if id.recvCQ, err = id.vctx.CreateCQ(max(c.MaxRecvWR, 1), id.recvCh); err != nil {
+		id.sendCQ.Destroy()
+		id.sendCh.Close()
+		id.recvCh.Close()
 		return err
 	}
 	id.ownCQs = true
@@ -460,22 +535,22 @@ func (id *ID) destroyCQs() {
 	if !id.ownCQs {
 		return
 	}
-	id.SendCQ.Destroy()
-	id.RecvCQ.Destroy()
-	id.SendCh.Close()
-	id.RecvCh.Close()
-	id.SendCQ, id.RecvCQ, id.SendCh, id.RecvCh, id.ownCQs = nil, nil, nil, nil, false
+	id.sendCQ.Destroy()
+	id.recvCQ.Destroy()
+	id.sendCh.Close()
+	id.recvCh.Close()
+	id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs = nil, nil, nil, nil, false
 }
 
 // DestroyQP destroys the identifier's QP (rdma_destroy_qp) and the CQs it created.
 func (id *ID) DestroyQP() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.QP == nil {
+	if id.qp == nil {
 		return nil
 	}
-	err := id.QP.Destroy()
-	id.QP = nil
+	err := id.qp.Destroy()
+	id.qp = nil
 	id.destroyCQs()
 	return err
 }
@@ -487,15 +562,15 @@ func (id *ID) DestroyQP() error {
 // wrapping ErrUnreachable (EventUnreachable).
 func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	id.mu.Lock()
-	if id.state != stateIdle || id.QP == nil {
-		st, qp := id.state, id.QP
+	if id.state != stateIdle || id.qp == nil {
+		st, qp := id.state, id.qp
 		id.mu.Unlock()
 		if qp == nil {
 			return fmt.Errorf("%w: connect needs a QP (CreateQP)", verbs.ErrInvalidState)
 		}
 		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, st)
 	}
-	qp := id.QP
+	qp := id.qp
 	id.mu.Unlock()
 	if id.ps == PortSpaceUDP {
 		return id.resolveUD(ctx, qp, p)
@@ -661,15 +736,15 @@ func (id *ID) Listen() error {
 	if id.state != stateIdle {
 		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
 	}
-	if r, ok := id.tr.(cm.Router); ok && id.QP == nil {
+	if r, ok := id.tr.(cm.Router); ok && id.qp == nil {
 		// A listener's device is its own address's (rdma_bind_addr), not
 		// the one a connection to it would leave from.
 		name, err := r.DeviceFor(id.addr, true)
 		if err != nil {
 			return err
 		}
-		if name != id.Context.Device().Name() {
-			if id.Context, id.PD, err = deviceContext(name); err != nil {
+		if name != id.vctx.Device().Name() {
+			if id.vctx, id.pd, err = deviceContext(name); err != nil {
 				return err
 			}
 		}
@@ -706,13 +781,17 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		return nil, fmt.Errorf("%w: not listening", verbs.ErrInvalidState)
 	}
 	r, err := ln.Next(ctx)
+	for err == nil && cm.Refused() {
+		r.Reject(nil) // an injected fault: the dialer sees a plain rejection
+		r, err = ln.Next(ctx)
+	}
 	if err != nil {
 		if errors.Is(err, cm.ErrClosed) {
 			return nil, ErrClosed
 		}
 		return nil, err
 	}
-	nid := &ID{tr: id.tr, ps: id.ps, Context: id.Context, PD: id.PD, events: make(chan Event, 64), done: make(chan struct{}),
+	nid := &ID{tr: id.tr, ps: id.ps, vctx: id.vctx, pd: id.pd, events: make(chan Event, 64), done: make(chan struct{}),
 		state: stateRequest, req: r, peerPD: r.PrivateData(), peerIRD: r.IRD(), peerORD: r.ORD(), listenID: id}
 	if id.qpAttr != nil {
 		if err := nid.CreateQP(nil, *id.qpAttr); err != nil {
@@ -728,15 +807,15 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 // EventEstablished is queued.
 func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 	id.mu.Lock()
-	if id.state != stateRequest || id.QP == nil {
-		st, qp := id.state, id.QP
+	if id.state != stateRequest || id.qp == nil {
+		st, qp := id.state, id.qp
 		id.mu.Unlock()
 		if qp == nil {
 			return fmt.Errorf("%w: accept needs a QP (CreateQP)", verbs.ErrInvalidState)
 		}
 		return fmt.Errorf("%w: no connection request to accept (state %d)", verbs.ErrInvalidState, st)
 	}
-	req, qp := id.req, id.QP
+	req, qp := id.req, id.qp
 	id.mu.Unlock()
 	maxPD := id.tr.MaxPrivateData()
 	if id.ps == PortSpaceUDP {
@@ -787,7 +866,7 @@ func CreateEP(addr string, passive bool, pd *verbs.PD, qpAttr *verbs.QPInitAttr)
 		return nil, err
 	}
 	if pd != nil {
-		id.PD = pd
+		id.pd = pd
 	}
 	if passive {
 		if qpAttr != nil {

@@ -243,7 +243,7 @@ func TestGetRecvCompNeedsSeparateCQs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer id.Close()
-	cq, err := id.Context.CreateCQ(8, nil)
+	cq, err := id.Context().CreateCQ(8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,13 +341,18 @@ func testDisconnectFlushes(t *testing.T, tr transport) {
 			t.Fatal(err)
 		}
 	}
-	drain := func(id *rdmacm.ID) {
+	// The reason is told alike by every transport: the layers above
+	// (rpma) tell a clean end from a lost connection by it.
+	drain := func(id *rdmacm.ID, why error) {
 		for {
 			ev, err := id.NextEvent(timeout(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ev.Type == rdmacm.EventDisconnected {
+				if !errors.Is(ev.Err, why) {
+					t.Fatalf("EventDisconnected.Err = %v, want one wrapping %v", ev.Err, why)
+				}
 				return
 			}
 		}
@@ -355,15 +360,15 @@ func testDisconnectFlushes(t *testing.T, tr transport) {
 	if err := c.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
-	drain(s)
-	drain(c)
+	drain(s, rdmacm.ErrDisconnected)
+	drain(c, rdmacm.ErrLocalDisconnect)
 	for i := range 3 {
 		wc, err := s.GetRecvComp(timeout(t))
 		if err != nil || wc.Status != verbs.WCWRFlushErr || wc.WRID != uint64(i) {
 			t.Fatalf("receive %d: %+v %v, want WR_FLUSH_ERR", i, wc, err)
 		}
 	}
-	if st := s.QP.State(); st != verbs.QPSErr {
+	if st := s.QP().State(); st != verbs.QPSErr {
 		t.Fatalf("server QP in %v, want ERR", st)
 	}
 }

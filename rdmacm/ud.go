@@ -135,7 +135,7 @@ func (id *ID) resolveUD(ctx context.Context, qp *verbs.QP, p *ConnParam) error {
 // datagram to the UD QP remoteQPN behind ah, with the UDP port space's
 // Q_Key (rdma_post_ud_send).
 func (id *ID) PostUDSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFlags, ah *verbs.AH, remoteQPN uint32) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestUDPortSpace(t *testing.T) {
 			if got := buf[40:wc.ByteLen]; string(got) != "ping" {
 				return fmt.Errorf("server got %q", got)
 			}
-			ah, err := req.PD.CreateAHFromWC(&wc, buf[:40], 1)
+			ah, err := req.PD().CreateAHFromWC(&wc, buf[:40], 1)
 			if err != nil {
 				return err
 			}
@@ -80,8 +80,8 @@ func TestUDPortSpace(t *testing.T) {
 	if err := c.CreateQP(nil, udAttr); err != nil {
 		t.Fatal(err)
 	}
-	if c.QP.State() != verbs.QPSRTS {
-		t.Fatalf("a UD QP of the UDP port space is %v after CreateQP, want RTS", c.QP.State())
+	if c.QP().State() != verbs.QPSRTS {
+		t.Fatalf("a UD QP of the UDP port space is %v after CreateQP, want RTS", c.QP().State())
 	}
 	buf := make([]byte, 4096)
 	mr, err := c.RegMsgs(buf)
@@ -101,7 +101,7 @@ func TestUDPortSpace(t *testing.T) {
 	if ev.UD.QKey != rdmacm.UDPQKey || !bytes.HasPrefix(ev.PrivateData, []byte("I do")) {
 		t.Fatalf("peer Q_Key %#x, private data %q", ev.UD.QKey, ev.PrivateData)
 	}
-	ah, err := c.PD.CreateAH(ev.UD.AH)
+	ah, err := c.PD().CreateAH(ev.UD.AH)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,17 +14,17 @@ import (
 // RegMsgs registers buf for sending and receiving messages (rdma_reg_msgs):
 // local write access.
 func (id *ID) RegMsgs(buf []byte) (*verbs.MR, error) {
-	return id.PD.RegMR(buf, verbs.AccessLocalWrite)
+	return id.pd.RegMR(buf, verbs.AccessLocalWrite)
 }
 
 // RegRead registers buf as the target of the peer's RDMA reads (rdma_reg_read).
 func (id *ID) RegRead(buf []byte) (*verbs.MR, error) {
-	return id.PD.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 }
 
 // RegWrite registers buf as the target of the peer's RDMA writes (rdma_reg_write).
 func (id *ID) RegWrite(buf []byte) (*verbs.MR, error) {
-	return id.PD.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 }
 
 // Dereg deregisters a region (rdma_dereg_mr).
@@ -39,13 +39,13 @@ func sgeOf(buf []byte, mr *verbs.MR) (verbs.SGE, error) {
 	return mr.SGEOf(buf)
 }
 
-func (id *ID) qp() (*verbs.QP, error) {
+func (id *ID) liveQP() (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.QP == nil {
+	if id.qp == nil {
 		return nil, fmt.Errorf("%w: no QP is associated with the identifier", verbs.ErrInvalidState)
 	}
-	return id.QP, nil
+	return id.qp, nil
 }
 
 // PostRecv posts buf, which must lie in the registered region mr and stay
@@ -62,7 +62,7 @@ func (id *ID) PostRecv(wrid uint64, buf []byte, mr *verbs.MR) error {
 
 // PostRecvv posts a scatter list to receive one message (rdma_post_recvv).
 func (id *ID) PostRecvv(wrid uint64, sgl []verbs.SGE) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (id *ID) PostRecvv(wrid uint64, sgl []verbs.SGE) error {
 // unless flags has SendInline (then mr may be nil and buf any memory). Only
 // after the identifier is connected; the peer must have a receive posted.
 func (id *ID) PostSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFlags) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (id *ID) PostSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 // registered and stay so until the send completes. Only after the
 // identifier is connected. The completion's WRID is wrid.
 func (id *ID) PostSendv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (id *ID) PostRead(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 
 // PostReadv reads into a scatter list (rdma_post_readv).
 func (id *ID) PostReadv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, remoteAddr uint64, rkey uint32) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (id *ID) PostReadv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, rem
 // PostWrite writes buf (in mr, or any memory with SendInline and mr nil) to
 // remoteAddr of the peer's region rkey (rdma_post_write).
 func (id *ID) PostWrite(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFlags, remoteAddr uint64, rkey uint32) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (id *ID) PostWrite(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendF
 
 // PostWritev writes a gather list (rdma_post_writev).
 func (id *ID) PostWritev(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, remoteAddr uint64, rkey uint32) error {
-	qp, err := id.qp()
+	qp, err := id.liveQP()
 	if err != nil {
 		return err
 	}
@@ -181,11 +181,11 @@ func (id *ID) GetRecvComp(ctx context.Context) (verbs.WC, error) {
 
 func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 	id.mu.Lock()
-	cq, ch := id.RecvCQ, id.RecvCh
+	cq, ch := id.recvCQ, id.recvCh
 	if send {
-		cq, ch = id.SendCQ, id.SendCh
+		cq, ch = id.sendCQ, id.sendCh
 	}
-	shared := id.SendCQ == id.RecvCQ
+	shared := id.sendCQ == id.recvCQ
 	id.mu.Unlock()
 	var wc [1]verbs.WC
 	if cq == nil {

@@ -129,7 +129,10 @@ func (c *ConnCfg) SRQ() *SRQ { return c.srq }
 // ignores the offer, and then flush and atomic write fall back to what
 // librpma does without native support. Turn it off towards a librpma
 // server on Linux siw: siw reads the offer's mark in the MPA Request (see
-// package iwarp).
+// package iwarp). Over RoCE nothing negotiates them: on, FLUSH and atomic
+// write are the native IBA 1.5 operations, which a peer without them
+// (Linux rxe before 6.2, most NICs) answers by ending the connection; off,
+// the fallbacks from the start.
 func (c *ConnCfg) SetExtensions(on bool) { c.extensions = on }
 
 // Extensions reports whether active connections offer goverbs' extensions.

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/goverbs/goverbs/provider/iwarp"
-	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -107,7 +105,7 @@ type Conn struct {
 }
 
 func newConn(r *ConnReq) (*Conn, error) {
-	c := &Conn{peer: r.peer, id: r.id, qp: r.id.QP, cq: r.cq, rcq: r.rcq, ch: r.ch, srq: r.srq, events: make(chan ConnEvent, 16)}
+	c := &Conn{peer: r.peer, id: r.id, qp: r.id.QP(), cq: r.cq, rcq: r.rcq, ch: r.ch, srq: r.srq, events: make(chan ConnEvent, 16)}
 	if r.srq != nil && r.srq.rcq != nil {
 		c.srqRCQ = r.srq.rcq
 	}
@@ -121,7 +119,24 @@ func newConn(r *ConnReq) (*Conn, error) {
 		return nil, provider("ibv_reg_mr", err)
 	}
 	c.remote.Store(NewPeerCfg())
+	if !r.cfg.extensions && isRoCE(r.peer.ctx) {
+		// Nothing on an IB wire negotiates FLUSH and ATOMIC_WRITE (IBA
+		// 1.5), and a peer without them ends the connection on the first
+		// one: with the extensions off, use librpma's fallbacks from the
+		// start.
+		c.native.Store(-1)
+	}
 	return c, nil
+}
+
+// isRoCE reports whether ctx's device is RoCE: the IB transport on an
+// Ethernet link, as libibverbs applications tell it.
+func isRoCE(ctx *verbs.Context) bool {
+	if ctx.Device().TransportType() != verbs.TransportIB {
+		return false
+	}
+	pa, err := ctx.QueryPort(1)
+	return err == nil && pa.LinkLayer == verbs.LinkLayerEthernet
 }
 
 // start runs the goroutine that turns the identifier's events into
@@ -147,8 +162,7 @@ func (c *Conn) start() {
 				ce = ConnUnreachable
 			case rdmacm.EventDisconnected:
 				ce = ConnClosed
-				if ev.Err != nil && !errors.Is(ev.Err, iwarp.ErrDisconnected) && !errors.Is(ev.Err, iwarp.ErrLocalDisconnect) &&
-					!errors.Is(ev.Err, shm.ErrPeerDisconnect) && !errors.Is(ev.Err, shm.ErrLocalDisconnect) {
+				if ev.Err != nil && !errors.Is(ev.Err, rdmacm.ErrDisconnected) && !errors.Is(ev.Err, rdmacm.ErrLocalDisconnect) {
 					ce = ConnLost
 					logAt(LogWarning, "connection lost", "err", ev.Err)
 				}

@@ -52,7 +52,7 @@ func NewConnReq(peer *Peer, addr, port string, cfg *ConnCfg) (*ConnReq, error) {
 func (r *ConnReq) setup() error {
 	cfg := &r.cfg
 	ctx := r.peer.ctx
-	if r.id.Context != ctx {
+	if r.id.Context() != ctx {
 		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
 	}
 	var err error
@@ -121,7 +121,7 @@ func (r *ConnReq) Recv(dst *MR, off, n int, opCtx uint64) error {
 	if r.srq != nil {
 		return wrap(ErrInval, "the request uses an SRQ: post receives with SRQ.Recv")
 	}
-	return postRecv(r.id.QP, dst, off, n, opCtx)
+	return postRecv(r.id.QP(), dst, off, n, opCtx)
 }
 
 func postRecv(qp *verbs.QP, dst *MR, off, n int, opCtx uint64) error {

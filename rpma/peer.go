@@ -13,7 +13,9 @@ import (
 // serves every TCP address with its iWARP device, so the result is the same
 // context for local and remote addresses; it is the one package rdmacm
 // connects with, which NewPeer needs. An address "unix:/path" or
-// "unix:@name" gives the shared-memory device shm0 (peers on one host).
+// "unix:@name" gives the shared-memory device shm0 (peers on one host), and
+// "roce://IP" the RoCEv2 device of the local address IP, or of the local
+// address that routes to a remote IP (the IP's connections go over RoCE).
 func IBVContext(addr string) (*verbs.Context, error) {
 	if addr == "" {
 		return nil, wrap(ErrInval, "empty address")
@@ -30,6 +32,9 @@ func IBVContext(addr string) (*verbs.Context, error) {
 // port, unless it is "0", is appended to the socket name (NAME:PORT), so
 // that a client given the endpoint's Port reaches it.
 func cmAddr(addr, port string) string {
+	if h, ok := strings.CutPrefix(addr, "roce://"); ok {
+		return "roce://" + net.JoinHostPort(strings.Trim(h, "[]"), port)
+	}
 	if strings.HasPrefix(addr, "unix:") {
 		if port == "0" {
 			return addr

@@ -219,7 +219,8 @@ func testWriteFlushRead(t *testing.T) {
 			if c.OpContext != 3 || c.Op != rpma.OpFlush || c.Status != verbs.WCSuccess {
 				t.Fatalf("flush completion %+v", c)
 			}
-			// Over shm FLUSH is always native (the extensions are iWARP's).
+			// Over shm FLUSH is always native (the extensions are iWARP's);
+			// over RoCE extensions off mean the fallbacks.
 			if want := ext || strings.HasPrefix(testAddr, "unix:"); client.NativeFlush() != want {
 				t.Fatalf("native flush %v with extensions %v over %s", client.NativeFlush(), ext, testAddr)
 			}
@@ -262,6 +263,25 @@ func TestOverShm(t *testing.T) {
 	testAddr = fmt.Sprintf("unix:@goverbs-rpma-shm-%d", os.Getpid())
 	defer func() { testAddr = "127.0.0.1" }()
 	for name, f := range map[string]func(*testing.T){
+		"DisconnectEventsAndFd": TestDisconnectEventsAndFd,
+		"CompletionChannels":    TestCompletionChannels,
+		"SRQ":                   TestSRQ,
+		"ReceivesOnRCQ":         TestGetCompletionReceivesOnRCQ,
+		"SuccessOnlyWithAlways": TestGetCompletionSuccessOnlyWithCompletionAlways,
+		"ErrorsAlways":          TestGetCompletionErrorsAlways,
+	} {
+		t.Run(name, f)
+	}
+}
+
+// The connection tests over RoCEv2 (provider roce) on a loopback address
+// of this process's own: both peers on its device.
+func TestOverRoCE(t *testing.T) {
+	p := os.Getpid()
+	testAddr = fmt.Sprintf("roce://127.%d.%d.9", 16+p%200, p/200%250)
+	defer func() { testAddr = "127.0.0.1" }()
+	for name, f := range map[string]func(*testing.T){
+		"WriteFlushRead":        testWriteFlushRead,
 		"DisconnectEventsAndFd": TestDisconnectEventsAndFd,
 		"CompletionChannels":    TestCompletionChannels,
 		"SRQ":                   TestSRQ,

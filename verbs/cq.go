@@ -34,7 +34,15 @@ func (cq *CQ) CQE() int { return cq.d.CQE() }
 // Poll moves up to len(wc) completions into wc and returns how many
 // (ibv_poll_cq). It never blocks and never allocates. After an overflow it
 // returns the completions the CQ still holds and then ErrCQOverflow.
-func (cq *CQ) Poll(wc []WC) (int, error) { return cq.d.Poll(wc) }
+func (cq *CQ) Poll(wc []WC) (int, error) {
+	n, err := cq.d.Poll(wc)
+	if b := tracer.Load(); b != nil {
+		for i := range n {
+			b.t.Completed(cq, &wc[i])
+		}
+	}
+	return n, err
+}
 
 // ReqNotify arms the CQ: the next completion (with solicitedOnly, the next
 // solicited or unsuccessful receive completion) adds one event to the CQ's

@@ -51,7 +51,13 @@ func (qp *QP) UserData() any { return qp.user }
 // or an opcode the QP type does not allow. Errors found while executing a
 // request (a wrong key, an address outside a region, a remote access
 // violation) are reported in its work completion instead.
-func (qp *QP) PostSend(wr []SendWR) error { return qp.d.PostSend(wr) }
+func (qp *QP) PostSend(wr []SendWR) error {
+	err := qp.d.PostSend(wr)
+	if tracer.Load() != nil {
+		traceSend(qp, wr, err)
+	}
+	return err
+}
 
 // PostRecv posts receive work requests (ibv_post_recv), with the same
 // first-failure rule as PostSend. It fails with ErrInvalid when the QP uses an
@@ -64,7 +70,11 @@ func (qp *QP) PostRecv(wr []RecvWR) error {
 	if qp.srq != nil {
 		return &PostError{Index: 0, WRID: firstRecvID(wr), Err: fmt.Errorf("%w: the QP uses an SRQ; post receives to the SRQ", ErrInvalid)}
 	}
-	return qp.d.PostRecv(wr)
+	err := qp.d.PostRecv(wr)
+	if tracer.Load() != nil {
+		traceRecv(qp, wr, err)
+	}
+	return err
 }
 
 func firstRecvID(wr []RecvWR) uint64 {
@@ -129,7 +139,13 @@ func (s *SRQ) UserData() any { return s.user }
 
 // PostRecv posts receive work requests to the SRQ (ibv_post_srq_recv), with
 // the first-failure rule of QP.PostRecv.
-func (s *SRQ) PostRecv(wr []RecvWR) error { return s.d.PostRecv(wr) }
+func (s *SRQ) PostRecv(wr []RecvWR) error {
+	err := s.d.PostRecv(wr)
+	if tracer.Load() != nil {
+		traceRecv(nil, wr, err)
+	}
+	return err
+}
 
 // Modify changes the SRQ's limit (SRQAttrLimit arms the limit event) (ibv_modify_srq).
 func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error { return s.d.Modify(&attr, mask) }

@@ -298,3 +298,50 @@ func (e AsyncEvent) String() string {
 	}
 	return e.Type.String()
 }
+
+// OpCount counts completed operations and their bytes.
+type OpCount struct {
+	Msgs, Bytes uint64
+}
+
+// QPCounters is what a QP did since it was created, as a NIC's per-QP
+// counters (rdma statistic): every request counts, signaled or not.
+type QPCounters struct {
+	// Sent counts the send requests that completed successfully, by
+	// opcode (WROpcode), with their message lengths.
+	Sent [16]OpCount
+	// Received counts the receives that completed successfully (SEND and
+	// RDMA WRITE with immediate), with the bytes placed.
+	Received OpCount
+	// SendErrors and RecvErrors count the completions with an error
+	// status, by WCStatus (index Status&31), WR_FLUSH_ERR included.
+	SendErrors, RecvErrors [32]uint64
+	// Retransmits counts packets sent again (go-back-N after a lost packet
+	// or a sequence NAK) and RNRNaks the RNR NAKs received, on transports
+	// that have them (RoCE); 0 elsewhere.
+	Retransmits, RNRNaks uint64
+}
+
+// Add adds o's counts to c.
+func (c *QPCounters) Add(o *QPCounters) {
+	for i := range c.Sent {
+		c.Sent[i].Msgs += o.Sent[i].Msgs
+		c.Sent[i].Bytes += o.Sent[i].Bytes
+	}
+	c.Received.Msgs += o.Received.Msgs
+	c.Received.Bytes += o.Received.Bytes
+	for i := range c.SendErrors {
+		c.SendErrors[i] += o.SendErrors[i]
+		c.RecvErrors[i] += o.RecvErrors[i]
+	}
+	c.Retransmits += o.Retransmits
+	c.RNRNaks += o.RNRNaks
+}
+
+// DeviceCounters is the sum of the counters of every QP the device had in
+// this process (destroyed ones included), and the device's own.
+type DeviceCounters struct {
+	QPCounters
+	QPs         uint64 // QPs created
+	CQOverflows uint64 // CQs that overflowed
+}

@@ -5,6 +5,7 @@
 //	goverbs demo [-n ITERS]  loopback demo and benchmark over the loop provider
 //	goverbs ping -s|-c ...   rping over iWARP (interoperates with rdma-core's rping)
 //	goverbs perf TEST ...    perftest-style latency and bandwidth tests over iWARP
+//	goverbs stat COMMAND ... run a command, then print the device counters
 //
 // Flags are GNU-style and may come before or after the other arguments, as
 // with perftest and rping (-s 4096, --size=4096, -vV); the spellings of
@@ -19,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	gvcapture "github.com/goverbs/goverbs/capture"
 )
 
 func main() {
@@ -48,11 +51,28 @@ func badUsage(cmd, format string, a ...any) error {
 // run runs the command line args (without the program name) and returns
 // the exit status: 0, 1 when the command failed, 2 for a bad command line.
 func run(args []string) int {
+	args, file, err := captureFlag(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		return 2
+	}
+	if file != "" {
+		rec, err := gvcapture.Start(file, gvcapture.Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goverbs:", err)
+			return 1
+		}
+		defer func() {
+			if err := rec.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "goverbs:", err)
+			}
+			fmt.Fprintf(os.Stderr, "goverbs: %d packets recorded in %s\n", rec.Packets(), file)
+		}()
+	}
 	if len(args) < 1 {
 		usage(os.Stderr)
 		return 2
 	}
-	var err error
 	switch args[0] {
 	case "devices":
 		err = devices(args[1:])
@@ -62,6 +82,8 @@ func run(args []string) int {
 		err = ping(args[1:])
 	case "perf":
 		err = perfCmd(args[1:])
+	case "stat":
+		err = stat(args[1:])
 	case "-h", "-help", "--help", "help":
 		usage(helpOut)
 		return 0
@@ -85,6 +107,30 @@ func run(args []string) int {
 	}
 }
 
+// captureFlag takes --capture FILE (or --capture=FILE, -capture FILE) out
+// of args, wherever it is: every command records its traffic with it.
+func captureFlag(args []string) (rest []string, file string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(rest, args[i:]...), file, nil
+		}
+		switch {
+		case a == "--capture" || a == "-capture":
+			if i+1 == len(args) {
+				return nil, "", errors.New("--capture needs a file name")
+			}
+			file = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--capture=") || strings.HasPrefix(a, "-capture="):
+			file = a[strings.IndexByte(a, '=')+1:]
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return rest, file, nil
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: goverbs COMMAND [flags]
 
@@ -98,9 +144,14 @@ commands:
   perf [TEST [SERVER] [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [--json] [--server]]
                     perftest-style send/write/read/atomic latency and bandwidth;
                     with no SERVER, both ends in this process (loopback)
+  stat [--json] COMMAND [ARGS...]
+                    run a command, then print the counters of the devices it
+                    used (messages and bytes per opcode, errors, retransmits)
 
 Flags may come before or after the other arguments; goverbs COMMAND -h
-describes each.
+describes each. Every command takes --capture FILE: its RDMA traffic is
+recorded to FILE as pcapng, which Wireshark decodes (RoCEv2; see go doc
+github.com/goverbs/goverbs/capture).
 `)
 }
 

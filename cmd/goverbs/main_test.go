@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Flags after the server address are read, as perftest's users type them
@@ -239,5 +241,42 @@ func TestDemoRuns(t *testing.T) {
 	}
 	if !strings.Contains(out, " 2000 ") {
 		t.Fatalf("-n 2000 not used:\n%s", out)
+	}
+}
+
+// stat runs a command and prints the counters of the devices it used:
+// a loopback send_lat of n iterations is 2n SENDs and 2n receives (plus
+// the warm-up), none with an error but the flushes of the receives left
+// posted at the end.
+func TestStatCountsWhatPerfDid(t *testing.T) {
+	var code int
+	out := capture(t, func() { code = run([]string{"stat", "--json", "perf", "send_lat", "-n", "200", "-d", "shm0"}) })
+	if code != 0 {
+		t.Fatalf("exit status %d:\n%s", code, out)
+	}
+	var found bool
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var s deviceStat
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if s.Device != "shm0" {
+			continue
+		}
+		found = true
+		if sent := s.Sent["SEND"]; sent[0] < 400 || s.Received[0] < 400 || s.QPs < 2 {
+			t.Fatalf("shm0 counted %+v, want 400 SENDs and receives at least over 2 QPs", s)
+		}
+		for st, n := range s.Errors {
+			if st != verbs.WCWRFlushErr.Name() {
+				t.Fatalf("shm0 counted %d %s", n, st)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no counters of shm0 in:\n%s", out)
 	}
 }

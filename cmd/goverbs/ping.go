@@ -156,12 +156,12 @@ func (e *pingEnd) setup(id *rdmacm.ID, client bool) error {
 	}
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 	e.rdmaBuf = make([]byte, e.o.size)
-	if e.rdmaMR, err = id.PD.RegMR(e.rdmaBuf, rw); err != nil {
+	if e.rdmaMR, err = id.PD().RegMR(e.rdmaBuf, rw); err != nil {
 		return err
 	}
 	if client {
 		e.startBuf = make([]byte, e.o.size)
-		if e.startMR, err = id.PD.RegMR(e.startBuf, rw); err != nil {
+		if e.startMR, err = id.PD().RegMR(e.startBuf, rw); err != nil {
 			return err
 		}
 	}
@@ -203,7 +203,7 @@ func (e *pingEnd) recv() error {
 // sendWait posts a signaled send work request and waits for its completion.
 func (e *pingEnd) sendWait(wr verbs.SendWR) error {
 	wr.Flags |= verbs.SendSignaled
-	if err := e.id.QP.PostSend([]verbs.SendWR{wr}); err != nil {
+	if err := e.id.QP().PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
 	ctx, cancel := e.ctx()

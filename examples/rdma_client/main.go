@@ -50,7 +50,7 @@ func run(addr string, timeout time.Duration) error {
 	defer id.Close()
 
 	var sendFlags verbs.SendFlags
-	qa, _, err := id.QP.Query()
+	qa, _, err := id.QP().Query()
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func newNode(id *rdmacm.ID, count, size int) (*node, error) {
 	if err := id.CreateQP(nil, attr); err != nil {
 		return nil, err
 	}
-	port, err := id.Context.QueryPort(1)
+	port, err := id.Context().QueryPort(1)
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +96,10 @@ func (n *node) send(ctx context.Context, count int, signaled bool) error {
 	if signaled {
 		f = verbs.SendSignaled
 	}
-	wr := []verbs.SendWR{{Opcode: verbs.WRSendWithImm, Flags: f, ImmData: n.id.QP.Num(),
+	wr := []verbs.SendWR{{Opcode: verbs.WRSendWithImm, Flags: f, ImmData: n.id.QP().Num(),
 		SGList: []verbs.SGE{n.mr.SGE(len(n.buf)-n.size, n.size)}, AH: n.ah, RemoteQPN: n.remoteQPN, RemoteQKey: rdmacm.UDPQKey}}
 	for range count {
-		if err := n.id.QP.PostSend(wr); err != nil {
+		if err := n.id.QP().PostSend(wr); err != nil {
 			return err
 		}
 	}
@@ -123,7 +123,7 @@ func (n *node) receive(ctx context.Context, count int) error {
 		}
 		if n.ah == nil {
 			grh := n.buf[int(wc.WRID)*n.slot:][:40]
-			if n.ah, err = n.id.PD.CreateAHFromWC(&wc, grh, 1); err != nil {
+			if n.ah, err = n.id.PD().CreateAHFromWC(&wc, grh, 1); err != nil {
 				return err
 			}
 			n.remoteQPN = wc.ImmData // the sender's QP number, as udaddy sends it
@@ -187,7 +187,7 @@ func client(ctx context.Context, addr, bind string, count, size int) error {
 	if !ok {
 		return errors.New("no UD peer after connect")
 	}
-	if n.ah, err = id.PD.CreateAH(peer.AH); err != nil {
+	if n.ah, err = id.PD().CreateAH(peer.AH); err != nil {
 		return err
 	}
 	n.remoteQPN = peer.QPN

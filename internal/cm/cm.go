@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -26,6 +27,10 @@ type Params struct {
 	// that finds no receive is retried before it fails; 7 is for ever.
 	// Transports with RNR (shm) apply it; iWARP has none.
 	RNRRetry uint8
+	// RetryCount is the QP's retry_cnt on transports that retransmit
+	// (RoCE): how often a request without an ACK is sent again before it
+	// fails with RETRY_EXC_ERR; 0 means 7.
+	RetryCount uint8
 	// Extensions offers a provider's extensions beyond what the standard
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.
@@ -132,6 +137,12 @@ var (
 	ErrUnreachable = errors.New("cm: peer unreachable")
 	ErrRejected    = errors.New("cm: connection rejected")
 	ErrClosed      = errors.New("cm: closed")
+
+	// A connection that ended in order has an Err that wraps one of these,
+	// whatever its provider: the layers above test these, never a
+	// provider's own errors.
+	ErrPeerDisconnect  = errors.New("disconnected by the peer")
+	ErrLocalDisconnect = errors.New("disconnected locally")
 )
 
 // RejectedError is returned by Dial when the peer rejected the request.
@@ -172,4 +183,23 @@ func Lookup(scheme string) (Transport, bool) {
 	defer registry.Unlock()
 	t, ok := registry.ts[scheme]
 	return t, ok
+}
+
+var refuseHook atomic.Pointer[func() bool]
+
+// SetRefuseHook sets the fault-injection hook that decides, for each
+// connection request a listener takes, whether it is refused (rejected
+// before the application sees it); nil removes it.
+func SetRefuseHook(f func() bool) {
+	if f == nil {
+		refuseHook.Store(nil)
+		return
+	}
+	refuseHook.Store(&f)
+}
+
+// Refused reports whether the hook refuses the next request.
+func Refused() bool {
+	f := refuseHook.Load()
+	return f != nil && (*f)()
 }

@@ -150,6 +150,7 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 				continue
 			}
 			if !cq.overflow.Swap(true) {
+				cq.ctx.dev.overflows.Add(1)
 				cq.ctx.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: cq.v})
 			}
 			cq.signal(true)

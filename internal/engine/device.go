@@ -35,6 +35,9 @@ type Config struct {
 	// the system calls of a wake-up, and an idle CQ still costs no CPU.
 	// Zero means DefaultWaitSpin; negative, no spin.
 	WaitSpin time.Duration
+	// OwnCapture says the transport records its real packets for package
+	// capture (roce): the engine synthesizes none for the device.
+	OwnCapture bool
 }
 
 // DefaultWaitSpin is Config.WaitSpin's default.
@@ -43,11 +46,16 @@ const DefaultWaitSpin = 20 * time.Microsecond
 // Device is a software device. Its region table and QP numbers are shared by
 // every context opened on it, as on a real adapter.
 type Device struct {
-	cfg  Config
-	mrs  mrTable
-	qpmu sync.RWMutex
-	qps  map[uint32]*QP
-	qpn  uint32
+	cfg   Config
+	mrs   mrTable
+	qpmu  sync.RWMutex
+	qps   map[uint32]*QP
+	qpn   uint32
+	qpOrd uint64
+
+	cntMu     sync.Mutex
+	goneCnt   verbs.QPCounters // of destroyed QPs
+	overflows atomic.Uint64    // CQs that overflowed
 }
 
 // NewDevice creates a device.
@@ -120,6 +128,8 @@ func (d *Device) addQP(q *QP) error {
 		}
 	}
 	q.num = d.qpn
+	d.qpOrd++
+	q.ord = d.qpOrd
 	d.qps[q.num] = q
 	return nil
 }

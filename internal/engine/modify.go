@@ -284,6 +284,7 @@ func (q *QP) enterErr() {
 		// A message was being received into it: it is the oldest receive.
 		q.rxTaken = false
 		wc := verbs.WC{WRID: q.rx.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.countRecv(wc.Status, 0)
 		q.rcq.push(&wc, false)
 	}
 	if q.srq == nil {

@@ -18,6 +18,7 @@ type QP struct {
 	pd     *PD
 	dev    *Device
 	num    uint32
+	ord    uint64 // creation order on the device (fault injection)
 	typ    verbs.QPType
 	scq    *CQ
 	rcq    *CQ
@@ -49,6 +50,11 @@ type QP struct {
 	aird      atomic.Uint32
 	dead      atomic.Bool
 	txActive  bool
+	cnt       verbs.QPCounters // send side (under mu)
+	rcnt      recvCounts       // receive side (under rqMu)
+	inGone    bool             // counted in the device's goneCnt (under dev.cntMu)
+	faultSeq  uint64           // send requests the fault hook was asked about
+	faultEv   verbs.EventType  // an event a fault raises once q.mu is let go
 	stalled   atomic.Bool
 	kicks     atomic.Uint64 // Resume calls, to catch one racing a stall
 	rdOut     int           // outstanding RDMA reads and atomics (ORD accounting)
@@ -171,6 +177,8 @@ func (q *QP) Destroy() error {
 	q.t.Shutdown(true)
 	q.detach()
 	q.mu.Unlock()
+	c := q.Counters()
+	q.dev.gone(q, &c)
 	q.dev.removeQP(q)
 	if q.srq != nil {
 		q.srq.detach(q)

@@ -96,6 +96,7 @@ func (q *QP) flushRecv() {
 	for ; q.rq.head != q.rq.tail; q.rq.head++ {
 		r := &q.rq.ring[q.rq.head&q.rq.mask]
 		wc := verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.countRecv(wc.Status, 0)
 		q.rcq.push(&wc, false)
 	}
 }
@@ -156,6 +157,7 @@ func (q *QP) deliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff)
 	if st == verbs.WCSuccess && n < len(data) {
 		st = verbs.WCLocLenErr
 	}
+	q.countRecv(st, uint32(n))
 	q.rqMu.Unlock()
 	wc.Status = st
 	wc.QPNum = q.num
@@ -172,6 +174,9 @@ func (q *QP) completeRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
 	q.rqMu.Lock()
 	taken := q.rxTaken
 	q.rxTaken = false
+	if taken {
+		q.countRecv(wc.Status, wc.ByteLen)
+	}
 	q.rqMu.Unlock()
 	if !taken {
 		return

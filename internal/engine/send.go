@@ -58,7 +58,7 @@ var opClass = [16]uint16{
 // (postDirect); every other one is queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
-	if len(wrs) == 1 && q.direct != nil {
+	if len(wrs) == 1 && q.direct != nil && faultHook.Load() == nil && captureHook.Load() == nil {
 		wr := &wrs[0]
 		n, inline, err := q.check(wr)
 		if err != nil {
@@ -264,6 +264,7 @@ func resetWQE(w *WQE, wr *verbs.SendWR, n uint64) {
 	w.Len, w.Retries, w.Data = uint32(n), 0, nil
 	w.status = verbs.WCSuccess
 	w.rdAtomic, w.early, w.earlySt = false, false, verbs.WCSuccess
+	w.asked, w.fault, w.capd = false, verbs.WCSuccess, false
 	w.sge, w.inl = w.sge[:0], w.inl[:0]
 }
 
@@ -337,6 +338,13 @@ func (q *QP) progressLocked() {
 			break
 		}
 		w.state = wqeTx
+		if h := faultHook.Load(); h != nil && !w.asked && !q.askFault(*h, w) {
+			q.retire()
+			continue
+		}
+		if h := captureHook.Load(); h != nil {
+			q.capture(*h, w, false)
+		}
 		seq, kicks := w.seq, q.kicks.Load()
 		q.mu.Unlock()
 		res := q.t.Send(w)
@@ -346,7 +354,12 @@ func (q *QP) progressLocked() {
 	}
 	q.txActive = false
 	q.retire()
+	ev := q.faultEv
+	q.faultEv = 0
 	q.mu.Unlock()
+	if ev != 0 {
+		q.ctx.raise(verbs.AsyncEvent{Type: ev, QP: q.v})
+	}
 }
 
 // isRdAtomic reports whether op waits for a response from the target, and
@@ -389,8 +402,8 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 	}
 	switch res.Outcome {
 	case Done:
-		w.state, w.status = wqeDone, res.Status
-		if res.Status != verbs.WCSuccess {
+		w.state, w.status = wqeDone, faultStatus(w, res.Status)
+		if w.status != verbs.WCSuccess {
 			if q.state == verbs.QPSErr {
 				w.status = verbs.WCWRFlushErr // an earlier request's error came first
 			} else {
@@ -400,8 +413,8 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 	case Pending:
 		if w.early { // the response overtook Send's return
 			w.early = false
-			w.state, w.status = wqeDone, w.earlySt
-			if w.earlySt != verbs.WCSuccess && q.state != verbs.QPSErr {
+			w.state, w.status = wqeDone, faultStatus(w, w.earlySt)
+			if w.status != verbs.WCSuccess && q.state != verbs.QPSErr {
 				q.enterErr()
 			}
 			return
@@ -439,6 +452,10 @@ func (q *QP) retire() {
 		if w.state != wqeDone {
 			break
 		}
+		q.countSend(w)
+		if h := captureHook.Load(); h != nil {
+			q.capture(*h, w, true)
+		}
 		if w.signaled || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
 			switch {
@@ -469,6 +486,7 @@ func (q *QP) retire() {
 // complete is Requester.CompleteDeferred.
 func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus) bool {
 	q.mu.Lock()
+	status = faultStatus(w, status) // used only if w is still seq's
 	if status != verbs.WCSuccess && q.state == verbs.QPSErr {
 		// An earlier request's error came first: this one is flushed.
 		status = verbs.WCWRFlushErr

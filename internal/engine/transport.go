@@ -118,6 +118,9 @@ type WQE struct {
 	rdAtomic bool // counted in the QP's outstanding reads/atomics
 	early    bool // Complete came while Send was still running
 	earlySt  verbs.WCStatus
+	asked    bool           // the fault hook was asked about it
+	capd     bool           // the capture hook was shown it going out
+	fault    verbs.WCStatus // the status a fault gives it
 	sge      []verbs.SGE
 	inl      []byte
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
@@ -17,9 +18,9 @@ import (
 var (
 	errCMOnly = fmt.Errorf("%w: iWARP QPs are connected by the connection manager (rdmacm), not by Modify", verbs.ErrInvalid)
 	// ErrDisconnected reports that the peer closed the connection.
-	ErrDisconnected = errors.New("iwarp: disconnected by the peer")
+	ErrDisconnected = fmt.Errorf("iwarp: %w", cm.ErrPeerDisconnect)
 	// ErrLocalDisconnect reports that this side disconnected or destroyed the QP.
-	ErrLocalDisconnect = errors.New("iwarp: disconnected")
+	ErrLocalDisconnect = fmt.Errorf("iwarp: %w", cm.ErrLocalDisconnect)
 	// ErrRemoteTerminate reports a Terminate received from the peer.
 	ErrRemoteTerminate = errors.New("iwarp: terminated by the peer")
 )

@@ -29,7 +29,8 @@ type batch struct {
 	n      int    // packets in buf
 	closed bool   // the last packet is shorter than seg: nothing may follow
 	to     netip.Addr
-	wait   bool // wait for room in the socket rather than drop
+	wait   bool    // wait for room in the socket rather than drop
+	src    *sender // the socket it leaves from; nil: port 4791
 	sa     sockaddr
 	msg    gsoMsg
 	crc    ib.Scratch
@@ -87,10 +88,14 @@ func (b *batch) add(d *device, to netip.Addr, size int) {
 
 // icrc is the ICRC of pkt as datagram i of its batch.
 func (b *batch) icrc(d *device, to netip.Addr, pkt []byte, i int) uint32 {
-	if d.addr.Is4() && to.Is4() {
-		return b.crc.V4(d.addr.As4(), to.As4(), ib.UDPPort, ib.UDPPort, uint16(i), true, pkt)
+	sport := uint16(ib.UDPPort)
+	if b.src != nil {
+		sport = b.src.port
 	}
-	return b.crc.V6(d.addr.As16(), to.As16(), ib.UDPPort, ib.UDPPort, pkt)
+	if d.addr.Is4() && to.Is4() {
+		return b.crc.V4(d.addr.As4(), to.As4(), sport, ib.UDPPort, uint16(i), true, pkt)
+	}
+	return b.crc.V6(d.addr.As16(), to.As16(), sport, ib.UDPPort, pkt)
 }
 
 // flush sends what the batch holds.
@@ -106,6 +111,13 @@ func (b *batch) flush(d *device) {
 		err := d.write(b, nil)
 		switch err {
 		case nil:
+			if captureFn.Load() != nil {
+				for i, off := 0, 0; i < b.n; i++ {
+					l := min(b.seg, len(b.buf)-off)
+					b.captured(d, uint16(i), b.buf[off:off+l])
+					off += l
+				}
+			}
 			d.stats.Sent.Add(uint64(b.n))
 			b.reset()
 			return
@@ -152,8 +164,20 @@ func (b *batch) flush(d *device) {
 	b.reset()
 }
 
+// captured shows packet pkt, datagram id of the batch, to the capture.
+func (b *batch) captured(d *device, id uint16, pkt []byte) {
+	sport := uint16(ib.UDPPort)
+	if b.src != nil {
+		sport = b.src.port
+	}
+	d.captured(netip.AddrPortFrom(d.addr, sport), netip.AddrPortFrom(b.to, ib.UDPPort), id, pkt)
+}
+
 // send sends one packet of the batch.
 func (b *batch) send(d *device, pkt []byte) {
+	if captureFn.Load() != nil {
+		b.captured(d, 0, pkt)
+	}
 	if err := d.write(b, pkt); err != nil {
 		d.stats.SendFail.Add(1)
 	} else {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"strconv"
@@ -290,8 +291,8 @@ func (x *Conn) Err() error {
 
 // Errors a connection ends with.
 var (
-	ErrDisconnected    = errors.New("roce: disconnected by the peer")
-	ErrLocalDisconnect = errors.New("roce: disconnected")
+	ErrDisconnected    = fmt.Errorf("roce: %w", cm.ErrPeerDisconnect)
+	ErrLocalDisconnect = fmt.Errorf("roce: %w", cm.ErrLocalDisconnect)
 )
 
 // Disconnect sends a DREQ (again until the DREP, up to a bound) and moves
@@ -519,8 +520,15 @@ func resolve(addr string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
 }
 
-// sourceFor returns the local address the kernel would send to dst from.
+// sourceFor returns the local address the kernel would send to dst from;
+// for a local dst, dst itself, as the kernel's rdma_cm binds a loopback
+// connection to the device of the address (the route's source for
+// 127.x.y.z would be 127.0.0.1, another device).
 func sourceFor(dst netip.Addr) (netip.Addr, error) {
+	if c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 0))); err == nil {
+		c.Close() // a local address: only those can be bound
+		return dst, nil
+	}
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, ib.UDPPort)))
 	if err != nil {
 		return netip.Addr{}, err
@@ -556,8 +564,8 @@ func Listen(addr string) (*Listener, error) {
 		return nil, fmt.Errorf("%w: %q: %v", verbs.ErrInvalid, addr, err)
 	}
 	pn, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || pn == 0 {
-		return nil, fmt.Errorf("%w: port %q (rdma_cm needs one)", verbs.ErrInvalid, port)
+	if err != nil {
+		return nil, fmt.Errorf("%w: port %q", verbs.ErrInvalid, port)
 	}
 	d, err := listenDevice(host)
 	if err != nil {
@@ -569,7 +577,10 @@ func Listen(addr string) (*Listener, error) {
 	a := d.cm
 	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{})}
 	a.mu.Lock()
-	if a.lns[l.port] != nil {
+	if pn == 0 {
+		l.port = freePort(func(p uint16) bool { return a.lns[p] == nil })
+	}
+	if l.port == 0 || a.lns[l.port] != nil {
 		a.mu.Unlock()
 		d.release()
 		return nil, fmt.Errorf("roce: listen %s: port %d: %w", d.addr, pn, errAddrInUse)
@@ -580,6 +591,20 @@ func Listen(addr string) (*Listener, error) {
 }
 
 var errAddrInUse = errors.New("address already in use")
+
+// freePort picks a port for a listener at port 0, as the kernel's rdma_cm
+// does: a random one of the ephemeral range that free says is free, or 0
+// when none is.
+func freePort(free func(uint16) bool) uint16 {
+	const lo, n = 32768, 28232 // Linux's default ip_local_port_range
+	start := mrand.IntN(n)
+	for i := range n {
+		if p := uint16(lo + (start+i)%n); free(p) {
+			return p
+		}
+	}
+	return 0
+}
 
 // listenDevice is the device a listener at host uses: the address's, or
 // for an empty or unspecified host the first device.

@@ -46,18 +46,14 @@ type device struct {
 		pollFn func(fd uintptr)
 		crc    ib.Scratch
 	}
-	// tx is what a send hands to the socket's Write: a method value made
-	// once, and its arguments here, so that a send allocates no closure.
-	tx struct {
-		sync.Mutex
-		pkt  []byte // one packet, or nil: all of b (UDP GSO)
-		b    *batch
-		sa   *sockaddr
-		wait bool
-		err  error
-		fn   func(fd uintptr) bool
-		crc  ib.Scratch
-	}
+	// tx sends from port 4791: the CM's datagrams, ACKs, and a QP's
+	// packets when the senders could not be opened.
+	tx sender
+	// out are the sockets a QP's packets leave from, each bound to its own
+	// ephemeral port: the UDP source port is a flow's entropy (ECMP spreads
+	// flows by it), and a QP keeps one so that its packets keep their order
+	// on a multipath fabric, as rxe derives it from the QPN.
+	out    []*sender
 	noGSO  atomic.Bool  // the kernel refused a GSO send: batches go one by one
 	acks   ackQueue     // deferred ACKs
 	polled atomic.Int32 // QPs whose application polls
@@ -107,19 +103,40 @@ func DeviceCounters(name string) (Counters, bool) {
 		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load()}, true
 }
 
+// nSenders is how many source ports a device's QPs spread over.
+const nSenders = 8
+
+// A sender is a socket packets leave from, with what a send hands to the
+// socket's Write: a method value made once, and its arguments here, so
+// that a send allocates no closure.
+type sender struct {
+	sync.Mutex
+	raw  syscall.RawConn
+	conn *net.UDPConn
+	port uint16 // the UDP source port, which the ICRC covers
+	pkt  []byte // one packet, or nil: all of b (UDP GSO)
+	b    *batch
+	sa   *sockaddr
+	wait bool
+	err  error
+	fn   func(fd uintptr) bool
+	crc  ib.Scratch
+}
+
 func newDevice(name string, addr netip.Addr) *device {
 	d := &device{addr: addr, qps: map[uint32]*qp{}, wake: make(chan struct{}, 1)}
 	d.rx.pollFn = d.pollFD
-	d.tx.fn = d.writeFD
+	d.tx.fn, d.tx.port = d.tx.writeFD, ib.UDPPort
 	d.mtu = activeMTU(addr)
 	guid := guidOf(addr)
 	gid := ib.GIDOf(addr)
 	d.eng = engine.NewDevice(engine.Config{
-		Name:      name,
-		GUID:      guid,
-		NodeType:  verbs.NodeCA,
-		Transport: verbs.TransportIB,
-		GID:       verbs.GID(gid),
+		Name:       name,
+		GUID:       guid,
+		NodeType:   verbs.NodeCA,
+		Transport:  verbs.TransportIB,
+		OwnCapture: true,
+		GID:        verbs.GID(gid),
 		Attr: verbs.DeviceAttr{
 			FWVer:           "goverbs-roce 1",
 			MaxMRSize:       1 << 40,
@@ -184,27 +201,78 @@ func (d *device) open() error {
 		conn.Close()
 		return err
 	}
+	d.setOpts(raw, true)
+	d.conn, d.raw, d.users, d.done = conn, raw, 1, make(chan struct{})
+	d.tx.Lock()
+	d.tx.raw, d.tx.conn = raw, conn
+	d.tx.Unlock()
+	d.out = d.openSenders()
+	go d.rxLoop(raw, d.done)
+	return nil
+}
+
+// setOpts sets a socket's options: DF and IP identification 0, which the
+// ICRC covers; large buffers, so that a burst of packets (a READ's
+// responses) is not dropped: beyond net.core.rmem_max only with
+// CAP_NET_ADMIN. A socket that receives asks for UDP GRO: datagrams that
+// arrive together in one read (a batch sent with GSO on loopback, or a
+// burst a NIC's GRO merged).
+func (d *device) setOpts(raw syscall.RawConn, receives bool) {
 	raw.Control(func(fd uintptr) {
-		// DF and IP identification 0, which the ICRC covers; large buffers,
-		// so that a burst of packets (a READ's responses) is not dropped:
-		// beyond net.core.rmem_max only with CAP_NET_ADMIN.
 		if d.addr.Is4() {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 		} else {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 		}
-		// Datagrams that arrive together in one read (UDP GRO): a batch
-		// sent with GSO on loopback, or a burst a NIC's GRO merged.
-		unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
-		for _, opt := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		opts := [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}}
+		if receives {
+			unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
+			opts = append(opts, [2]int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF})
+		} else {
+			// Nothing is read from it: what a stray datagram would queue
+			// stays small.
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+		}
+		for _, opt := range opts {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], 16<<20) != nil {
 				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], 16<<20)
 			}
 		}
 	})
-	d.conn, d.raw, d.users, d.done = conn, raw, 1, make(chan struct{})
-	go d.rxLoop(raw, d.done)
-	return nil
+}
+
+// openSenders opens the sockets QPs send from. They are a refinement:
+// when the machine has no descriptor or port to spare, QPs send from
+// port 4791 instead (d.mu held).
+func (d *device) openSenders() []*sender {
+	out := make([]*sender, 0, nSenders)
+	for range nSenders {
+		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(d.addr, 0)))
+		if err != nil {
+			break
+		}
+		raw, err := conn.SyscallConn()
+		if err != nil {
+			conn.Close()
+			break
+		}
+		d.setOpts(raw, false)
+		s := &sender{raw: raw, conn: conn, port: uint16(conn.LocalAddr().(*net.UDPAddr).Port)}
+		s.fn = s.writeFD
+		out = append(out, s)
+	}
+	return out
+}
+
+// senderOf is the socket the QP qpn sends from.
+func (d *device) senderOf(qpn uint32) *sender {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.out) == 0 {
+		return &d.tx
+	}
+	h := qpn * 0x9E3779B1 // spreads consecutive QPNs
+	return d.out[(h>>16)%uint32(len(d.out))]
 }
 
 func (d *device) release() {
@@ -216,6 +284,10 @@ func (d *device) release() {
 	close(d.done)
 	d.conn.Close()
 	d.conn = nil
+	for _, s := range d.out {
+		s.conn.Close() // s.raw stays, as d.raw does
+	}
+	d.out = nil
 	// d.raw stays: a late poll or send sees a closed socket, not nil.
 }
 
@@ -302,6 +374,9 @@ func (d *device) setPolled(on bool) {
 
 // receive checks a datagram and hands it to its QP.
 func (d *device) receive(b []byte, from netip.AddrPort, ho *engine.Handoff) {
+	if captureFn.Load() != nil {
+		d.captured(from, netip.AddrPortFrom(d.addr, ib.UDPPort), 0, b)
+	}
 	if len(b) < ib.BTHLen+ib.ICRCLen {
 		d.stats.Malformed.Add(1)
 		return
@@ -338,7 +413,8 @@ func (d *device) checkICRC(from netip.AddrPort, body []byte, crc uint32) bool {
 	return d.rx.crc.V6(src.As16(), d.addr.As16(), from.Port(), ib.UDPPort, body) == crc
 }
 
-// icrc returns the ICRC of a packet this device sends to to; d.tx is held.
+// icrc returns the ICRC of a packet this device sends from port 4791 to
+// to; d.tx is held.
 func (d *device) icrc(to netip.Addr, pkt []byte) uint32 {
 	if d.addr.Is4() && to.Is4() {
 		return d.tx.crc.V4(d.addr.As4(), to.As4(), ib.UDPPort, ib.UDPPort, 0, true, pkt)
@@ -366,12 +442,10 @@ func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
 	pkt = pkt[:len(pkt)+ib.ICRCLen]
 	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
 	d.tx.pkt, d.tx.sa, d.tx.wait, d.tx.err = pkt, sa, wait, nil
-	raceRelease()
-	err := raw.Write(d.tx.fn)
-	if err == nil {
-		err = d.tx.err
+	if captureFn.Load() != nil {
+		d.captured(netip.AddrPortFrom(d.addr, ib.UDPPort), netip.AddrPortFrom(to, ib.UDPPort), 0, pkt)
 	}
-	d.tx.pkt, d.tx.sa = nil, nil
+	err := d.tx.send(raw)
 	d.tx.Unlock()
 	if err != nil {
 		d.stats.SendFail.Add(1)
@@ -395,7 +469,7 @@ func (d *device) removeQP(q *qp) {
 }
 
 // write sends pkt, one packet of batch b, or with pkt nil all of b in one
-// GSO send, waiting for room in the socket if b waits.
+// GSO send, from b's socket, waiting for room in it if b waits.
 func (d *device) write(b *batch, pkt []byte) error {
 	d.mu.Lock()
 	raw := d.raw
@@ -403,26 +477,35 @@ func (d *device) write(b *batch, pkt []byte) error {
 	if raw == nil {
 		return net.ErrClosed
 	}
-	d.tx.Lock()
-	d.tx.pkt, d.tx.b, d.tx.sa, d.tx.wait, d.tx.err = pkt, b, &b.sa, b.wait, nil
-	raceRelease()
-	err := raw.Write(d.tx.fn)
-	if err == nil {
-		err = d.tx.err
+	s := b.src
+	if s == nil {
+		s = &d.tx
 	}
-	d.tx.pkt, d.tx.b, d.tx.sa = nil, nil, nil
-	d.tx.Unlock()
+	s.Lock()
+	s.pkt, s.b, s.sa, s.wait, s.err = pkt, b, &b.sa, b.wait, nil
+	err := s.send(s.raw)
+	s.Unlock()
 	return err
 }
 
-// writeFD sends d.tx.pkt or d.tx.b (d.tx held), waiting for room if
-// d.tx.wait.
-func (d *device) writeFD(fd uintptr) bool {
-	if d.tx.pkt == nil {
-		b := d.tx.b
-		d.tx.err = sendGSO(int(fd), b.buf, b.seg, &b.sa, &b.msg)
-	} else {
-		d.tx.err = sendNB(int(fd), d.tx.pkt, d.tx.sa)
+// send hands what s holds to raw (s held).
+func (s *sender) send(raw syscall.RawConn) error {
+	raceRelease()
+	err := raw.Write(s.fn)
+	if err == nil {
+		err = s.err
 	}
-	return !d.tx.wait || d.tx.err != unix.EAGAIN
+	s.pkt, s.b, s.sa = nil, nil, nil
+	return err
+}
+
+// writeFD sends s.pkt or s.b (s held), waiting for room if s.wait.
+func (s *sender) writeFD(fd uintptr) bool {
+	if s.pkt == nil {
+		b := s.b
+		s.err = sendGSO(int(fd), b.buf, b.seg, &b.sa, &b.msg)
+	} else {
+		s.err = sendNB(int(fd), s.pkt, s.sa)
+	}
+	return !s.wait || s.err != unix.EAGAIN
 }

@@ -71,6 +71,10 @@ func (q *qp) takeSocket() error {
 		return err
 	}
 	q.opened = true
+	// The QP's packets leave from one source port for its life (the
+	// batches are used only once it is past INIT).
+	src := q.d.senderOf(q.num)
+	q.s.bat.src, q.r.bat.src = src, src
 	return nil
 }
 
@@ -207,4 +211,11 @@ func ackTimeout(t uint8) time.Duration {
 		return 0
 	}
 	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
+}
+
+// Counters implements engine.TransportCounters.
+func (q *qp) Counters() (retransmits, rnrNaks uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.s.resent, q.s.rnrNaks
 }

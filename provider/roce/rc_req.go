@@ -65,6 +65,8 @@ type sendState struct {
 	una      uint32 // oldest PSN not acknowledged
 	nxt      uint32 // next PSN to send (una <= nxt <= npsn)
 	retries  int    // left before RETRY_EXC_ERR
+	resent   uint64 // packets sent again (counters)
+	rnrNaks  uint64 // RNR NAKs received (counters)
 	rnrLeft  int
 	timer    *time.Timer
 	timerOn  bool
@@ -396,6 +398,9 @@ func (s *sendState) rnrExpired() {
 // goBack resends from psn: the unit holding it resumes there, every later
 // one from its start (their PSNs stay); q.mu is held.
 func (s *sendState) goBack(psn uint32) {
+	if d := ib.PSNDiff(s.nxt, psn); d > 0 {
+		s.resent += uint64(d)
+	}
 	for i := range s.n {
 		e := s.at(i)
 		if !e.assigned {
@@ -550,6 +555,7 @@ func (s *sendState) ack(p *ib.Packet) {
 		}
 		s.transmit()
 	case ib.SyndromeRNR:
+		s.rnrNaks++
 		s.ackUpTo(ib.PSNAdd(p.PSN, -1))
 		if s.n == 0 {
 			return

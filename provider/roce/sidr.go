@@ -152,8 +152,8 @@ func ListenUD(addr string) (*UDListener, error) {
 		return nil, fmt.Errorf("%w: %q: %v", verbs.ErrInvalid, addr, err)
 	}
 	pn, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || pn == 0 {
-		return nil, fmt.Errorf("%w: port %q (rdma_cm needs one)", verbs.ErrInvalid, port)
+	if err != nil {
+		return nil, fmt.Errorf("%w: port %q", verbs.ErrInvalid, port)
 	}
 	d, err := listenDevice(host)
 	if err != nil {
@@ -165,7 +165,10 @@ func ListenUD(addr string) (*UDListener, error) {
 	a := d.cm
 	l := &udListener{a: a, port: uint16(pn), reqs: make(chan *udRequest, 64), done: make(chan struct{}), answers: map[sidrKey]*udRequest{}}
 	a.mu.Lock()
-	if a.ud.lns[l.port] != nil {
+	if pn == 0 {
+		l.port = freePort(func(p uint16) bool { return a.ud.lns[p] == nil })
+	}
+	if l.port == 0 || a.ud.lns[l.port] != nil {
 		a.mu.Unlock()
 		d.release()
 		return nil, fmt.Errorf("roce: listen %s: UDP port space port %d: %w", d.addr, pn, errAddrInUse)

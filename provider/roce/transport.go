@@ -56,7 +56,7 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 }
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry, RetryCount: p.RetryCount})
 	if err != nil {
 		return nil, err
 	}

@@ -534,6 +534,6 @@ func (x *Conn) Disconnect() error {
 
 // Errors a connection ends with.
 var (
-	ErrLocalDisconnect = errors.New("shm: disconnected locally")
-	ErrPeerDisconnect  = errors.New("shm: peer disconnected")
+	ErrLocalDisconnect = fmt.Errorf("shm: %w", cm.ErrLocalDisconnect)
+	ErrPeerDisconnect  = fmt.Errorf("shm: %w", cm.ErrPeerDisconnect)
 )

@@ -34,7 +34,7 @@ func Example() {
 		req.CreateQP(nil, verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		buf, _ := verbs.AllocBuffer(4096) // a memfd: the client maps it
 		defer buf.Free()
-		mr, _ := req.PD.RegMR(buf.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+		mr, _ := req.PD().RegMR(buf.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		defer mr.Dereg()
 		desc := binary.LittleEndian.AppendUint64(nil, mr.RemoteAddr(0))
 		desc = binary.LittleEndian.AppendUint32(desc, mr.RKey())

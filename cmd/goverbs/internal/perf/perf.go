@@ -234,7 +234,7 @@ func (s *side) register(c *Config) error {
 		return err
 	}
 	s.mem, s.buf = b, b.Bytes()[:n]
-	s.mr, err = s.id.PD.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	s.mr, err = s.id.PD().RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	return err
 }
 
@@ -340,7 +340,7 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 		for got := 0; got < c.Iters*len(ss); {
 			progressed := false
 			for _, s := range ss {
-				n, err := s.id.RecvCQ.Poll(wc)
+				n, err := s.id.RecvCQ().Poll(wc)
 				if err != nil {
 					return err
 				}
@@ -361,7 +361,7 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 	// has left them all.
 	for i := 0; ; i++ {
 		for _, s := range ss {
-			s.id.RecvCQ.Poll(wc)
+			s.id.RecvCQ().Poll(wc)
 		}
 		if i&0x3ff != 0 {
 			continue
@@ -432,7 +432,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		r, err = bandwidth(ctx, &c, ks, Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters})
 	}
 	if err == nil {
-		r.Device = ss[0].id.Context.Device().Name()
+		r.Device = ss[0].id.Context().Device().Name()
 		for _, s := range ss {
 			s.id.Disconnect()
 		}
@@ -510,7 +510,7 @@ func (s *side) prepost(c *Config) error {
 	}
 	wr := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
 	for range n {
-		if err := s.id.QP.PostRecv(wr); err != nil {
+		if err := s.id.QP().PostRecv(wr); err != nil {
 			return err
 		}
 	}
@@ -544,11 +544,11 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 		}
 		recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
 		for range c.Warmup + c.Iters {
-			if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
+			if err := spin(ctx, s.id.RecvCQ(), wc); err != nil {
 				return err
 			}
-			s.id.QP.PostRecv(recv)
-			if err := s.id.QP.PostSend(send); err != nil {
+			s.id.QP().PostRecv(recv)
+			if err := s.id.QP().PostSend(send); err != nil {
 				return err
 			}
 		}
@@ -556,7 +556,7 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 		return s.writePingPong(ctx, c, false, nil)
 	case "send_bw":
 		for got := 0; got < c.Iters; {
-			n, err := s.id.RecvCQ.Poll(wc)
+			n, err := s.id.RecvCQ().Poll(wc)
 			if err != nil {
 				return err
 			}
@@ -576,7 +576,7 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 	// client leaves, as the active side does.
 	done := s.id.Done()
 	for i := 0; ; i++ {
-		s.id.RecvCQ.Poll(wc)
+		s.id.RecvCQ().Poll(wc)
 		if i&0x3ff == 0 {
 			select {
 			case <-done:
@@ -604,7 +604,7 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 	out := s.buf[2*size-8 : 2*size]
 	wait := func(want uint64) error {
 		for i := 0; load64(mark) != want; i++ {
-			s.id.SendCQ.Poll(wc)
+			s.id.SendCQ().Poll(wc)
 			if i&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -619,7 +619,7 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 			}
 		}
 		binary.NativeEndian.PutUint64(out, i)
-		if err := s.id.QP.PostSend(wr); err != nil {
+		if err := s.id.QP().PostSend(wr); err != nil {
 			return err
 		}
 		if first {
@@ -657,16 +657,16 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 			}
 			recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
 			for i := range c.Warmup + c.Iters {
-				if err := s.id.QP.PostSend(send); err != nil {
+				if err := s.id.QP().PostSend(send); err != nil {
 					return res, err
 				}
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := spin(ctx, s.id.RecvCQ, wc); err != nil {
+				if err := spin(ctx, s.id.RecvCQ(), wc); err != nil {
 					return res, err
 				}
-				s.id.QP.PostRecv(recv)
+				s.id.QP().PostRecv(recv)
 			}
 			l.stamp()
 		case "write_lat":
@@ -681,13 +681,13 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 		if len(wr) > 0 {
 			div = 1 // a read or atomic is a round trip itself
 			for i := range c.Warmup + c.Iters {
-				if err := s.id.QP.PostSend(wr); err != nil {
+				if err := s.id.QP().PostSend(wr); err != nil {
 					return res, err
 				}
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := spin(ctx, s.id.SendCQ, wc); err != nil {
+				if err := spin(ctx, s.id.SendCQ(), wc); err != nil {
 					return res, err
 				}
 			}
@@ -769,7 +769,7 @@ func (s *side) bwQP(c *Config) *bwQP {
 	case "read_bw":
 		op = verbs.WRRDMARead
 	}
-	k := &bwQP{qp: s.id.QP, scq: s.id.SendCQ,
+	k := &bwQP{qp: s.id.QP(), scq: s.id.SendCQ(),
 		wr: []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}}
 	if op == verbs.WRRDMARead {
 		k.depth = 16 // the ORD negotiated

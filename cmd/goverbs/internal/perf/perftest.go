@@ -114,7 +114,7 @@ func newPTComm(id *rdmacm.ID, client bool) (*ptComm, error) {
 		return nil, err
 	}
 	var err error
-	if m.mr, err = id.PD.RegMR(make([]byte, 2*64), verbs.AccessLocalWrite); err != nil {
+	if m.mr, err = id.PD().RegMR(make([]byte, 2*64), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	return m, m.postRecv()
@@ -142,7 +142,7 @@ func (m *ptComm) linger(ctx context.Context, d time.Duration) {
 }
 
 func (m *ptComm) postRecv() error {
-	return m.id.QP.PostRecv([]verbs.RecvWR{{WRID: ptSyncID, SGList: []verbs.SGE{m.mr.SGE(0, ptDestLen)}}})
+	return m.id.QP().PostRecv([]verbs.RecvWR{{WRID: ptSyncID, SGList: []verbs.SGE{m.mr.SGE(0, ptDestLen)}}})
 }
 
 // wait returns the next completion of cq.
@@ -179,17 +179,17 @@ func (m *ptComm) wait(ctx context.Context, cq *verbs.CQ) (verbs.WC, error) {
 
 func (m *ptComm) send(ctx context.Context, b []byte) error {
 	copy(m.mr.Bytes()[64:], b)
-	err := m.id.QP.PostSend([]verbs.SendWR{{WRID: ptSyncID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+	err := m.id.QP().PostSend([]verbs.SendWR{{WRID: ptSyncID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{m.mr.SGE(64, len(b))}}})
 	if err != nil {
 		return err
 	}
-	_, err = m.wait(ctx, m.id.SendCQ)
+	_, err = m.wait(ctx, m.id.SendCQ())
 	return err
 }
 
 func (m *ptComm) recv(ctx context.Context) ([]byte, error) {
-	w, err := m.wait(ctx, m.id.RecvCQ)
+	w, err := m.wait(ctx, m.id.RecvCQ())
 	if err != nil {
 		return nil, err
 	}
@@ -282,11 +282,11 @@ func (p *ptSession) setup(q *ptQP) error {
 	if p.c.Test == "atomic_lat" {
 		access |= verbs.AccessRemoteAtomic
 	}
-	q.mr, err = q.id.PD.RegMR(q.buf, access)
+	q.mr, err = q.id.PD().RegMR(q.buf, access)
 	if err != nil {
 		return err
 	}
-	q.mine = ptDest{QPN: q.id.QP.Num(), PSN: uint32(time.Now().UnixNano()) & 0xffffff, RKey: q.mr.RKey(),
+	q.mine = ptDest{QPN: q.id.QP().Num(), PSN: uint32(time.Now().UnixNano()) & 0xffffff, RKey: q.mr.RKey(),
 		VAddr: q.mr.RemoteAddr(q.b)}
 	if p.c.Test == "read_bw" || p.c.Test == "read_lat" || p.c.Test == "atomic_lat" {
 		q.mine.OutReads = ptOutReads
@@ -462,7 +462,7 @@ func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSes
 	}
 	// perftest counts receiver credits only over iWARP, which has no RNR
 	// retry; over IB and RoCE a sender that finds no receive waits.
-	p.credit = c.Test == "send_bw" && id.Context.Device().TransportType() == verbs.TransportIWARP
+	p.credit = c.Test == "send_bw" && id.Context().Device().TransportType() == verbs.TransportIWARP
 	if err := p.prefix(ctx, ln, addr); err != nil {
 		p.close()
 		return nil, err
@@ -486,7 +486,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Device = p.comm.id.Context.Device().Name()
+	r.Device = p.comm.id.Context().Device().Name()
 	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {
 		q.id.Disconnect()
@@ -627,7 +627,7 @@ func (p *ptSession) run(ctx context.Context) (Result, error) {
 func (p *ptSession) dataCQs() []*verbs.CQ {
 	var cqs []*verbs.CQ
 	for _, q := range p.qps {
-		cqs = append(cqs, q.id.SendCQ, q.id.RecvCQ)
+		cqs = append(cqs, q.id.SendCQ(), q.id.RecvCQ())
 	}
 	return cqs
 }
@@ -658,7 +658,7 @@ func (p *ptSession) postRecvs() error {
 	for _, q := range p.qps {
 		wr := []verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, p.c.Size)}}}
 		for range n {
-			if err := q.id.QP.PostRecv(wr); err != nil {
+			if err := q.id.QP().PostRecv(wr); err != nil {
 				return err
 			}
 		}
@@ -684,7 +684,7 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 	for total < c.Iters*len(p.qps) {
 		progressed := false
 		for i, q := range p.qps {
-			n, err := q.id.RecvCQ.Poll(wc)
+			n, err := q.id.RecvCQ().Poll(wc)
 			if err != nil {
 				return err
 			}
@@ -696,14 +696,14 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 				total++
 				progressed = true
 				if posted[i] < c.Iters {
-					if err := q.id.QP.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}); err != nil {
+					if err := q.id.QP().PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{q.mr.SGE(q.b, c.Size)}}}); err != nil {
 						return err
 					}
 					posted[i]++
 				}
 				if p.credit && (got[i]%rx)%creditEvery == 0 {
 					for inflight[i] >= c.TxDepth {
-						m, err := q.id.SendCQ.Poll(wc[:1])
+						m, err := q.id.SendCQ().Poll(wc[:1])
 						if err != nil {
 							return err
 						}
@@ -715,7 +715,7 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 						}
 					}
 					binary.LittleEndian.PutUint32(q.buf[0:4], uint32(got[i]))
-					err := q.id.QP.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
+					err := q.id.QP().PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
 						SGList: []verbs.SGE{q.mr.SGE(0, 4)}, RemoteAddr: q.rem.VAddr, RKey: q.rem.RKey}})
 					if err != nil {
 						return err
@@ -723,7 +723,7 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 					inflight[i]++
 				}
 			}
-			m, err := q.id.SendCQ.Poll(wc)
+			m, err := q.id.SendCQ().Poll(wc)
 			if err != nil {
 				return err
 			}
@@ -758,7 +758,7 @@ func (p *ptSession) bw(ctx context.Context, res Result) (Result, error) {
 		op = verbs.WRRDMARead
 	}
 	for i, q := range p.qps {
-		k := &bwQP{qp: q.id.QP, scq: q.id.SendCQ}
+		k := &bwQP{qp: q.id.QP(), scq: q.id.SendCQ()}
 		k.wr = []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, p.c.Size)}}}
 		if op != verbs.WRSend {
 			k.wr[0].RemoteAddr, k.wr[0].RKey = q.rem.VAddr, q.rem.RKey
@@ -789,24 +789,24 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 	start := time.Now()
 	for i := range c.Iters {
 		if !p.client || i > 0 {
-			if err := spin(ctx, q.id.RecvCQ, wc); err != nil {
+			if err := spin(ctx, q.id.RecvCQ(), wc); err != nil {
 				return res, err
 			}
-			if err := q.id.QP.PostRecv(recv); err != nil {
+			if err := q.id.QP().PostRecv(recv); err != nil {
 				return res, err
 			}
 		}
-		if err := q.id.QP.PostSend(send); err != nil {
+		if err := q.id.QP().PostSend(send); err != nil {
 			return res, err
 		}
 		l.stamp() // after the post: see laps
-		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		p.c.progress(i+1, start)
 	}
 	if p.client {
-		if err := spin(ctx, q.id.RecvCQ, wc); err != nil {
+		if err := spin(ctx, q.id.RecvCQ(), wc); err != nil {
 			return res, err
 		}
 		l.stamp()
@@ -830,7 +830,7 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 	wc := make([]verbs.WC, 4)
 	wait := func(want byte) error {
 		for k := 0; load8(poll) != want; k++ {
-			q.id.SendCQ.Poll(wc)
+			q.id.SendCQ().Poll(wc)
 			if k&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -852,11 +852,11 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 			}
 		}
 		post[0] = byte(i)
-		if err := q.id.QP.PostSend(wr); err != nil {
+		if err := q.id.QP().PostSend(wr); err != nil {
 			return res, err
 		}
 		l.stamp() // after the post: see laps
-		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		p.c.progress(i, start)
@@ -885,10 +885,10 @@ func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 	start := time.Now()
 	for i := range c.Iters {
 		t0 := time.Now()
-		if err := q.id.QP.PostSend(wr); err != nil {
+		if err := q.id.QP().PostSend(wr); err != nil {
 			return res, err
 		}
-		if err := spin(ctx, q.id.SendCQ, wc); err != nil {
+		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		d = append(d, time.Since(t0))
