@@ -58,7 +58,7 @@ func dial(ctx context.Context, addr string) (*Conn, error) {
 		c.free()
 		return nil, err
 	}
-	if err := c.postInitialRecvs(id.QP); err != nil {
+	if err := c.postInitialRecvs(id.QP()); err != nil {
 		c.free()
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 		req.Close()
 		return nil, err
 	}
-	pd := req.PD
+	pd := req.PD()
 	if pd == nil {
 		var err error
 		if _, pd, err = rdmacm.DeviceContext(l.addr); err != nil {
@@ -140,7 +140,7 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 			return nil, err
 		}
 	}
-	c, err := newConn(connSetup{ctx: req.Context, pd: pd})
+	c, err := newConn(connSetup{ctx: req.Context(), pd: pd})
 	if err != nil {
 		req.Reject(nil)
 		req.Close()
@@ -152,7 +152,7 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 		c.free()
 		return nil, err
 	}
-	if err := c.postInitialRecvs(req.QP); err != nil {
+	if err := c.postInitialRecvs(req.QP()); err != nil {
 		req.Reject(nil)
 		c.free()
 		return nil, err
