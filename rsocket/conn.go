@@ -458,10 +458,10 @@ func (c *Conn) pollLocked() int {
 				c.fail(err)
 			}
 		}
-		c.updateCredits()
 		c.rd.wc.fire() // a blocked call looks again
 		c.wr.wc.fire()
 	}
+	c.updateCredits()
 	return total
 }
 
@@ -597,7 +597,7 @@ func (c *Conn) ctrlAvail() bool {
 // either was used (rs_give_credits).
 func (c *Conn) updateCredits() {
 	half := c.rbufSize / 2
-	if !(c.rbufAvail >= half || int16(c.rseqNo-c.rseqComp) >= 0) || !c.ctrlAvail() || c.peerGone || c.err != nil || c.qp == nil {
+	if !(c.rbufAvail >= half || int16(c.rseqNo-c.rseqComp) >= 0) || !c.ctrlAvail() || c.peerGone || c.sentDisc || c.err != nil || c.qp == nil {
 		return
 	}
 	c.rseqComp = c.rseqNo + uint16(c.rq/2)
@@ -704,8 +704,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 	for {
 		w.arm(&c.rd)
 		c.mu.Lock()
-		c.pollLocked()
+		// Poll only when nothing is queued (rrecv's way): credits then go
+		// back when the reader wants more, not after every read, and none
+		// crosses a peer's close at the end of a stream (librdmacm's close
+		// over iWARP resets the connection when one arrives late).
 		count := c.rmsgTail - c.rmsgHead
+		if count == 0 {
+			c.pollLocked()
+			count = c.rmsgTail - c.rmsgHead
+		}
 		if count != 0 {
 			c.mu.Unlock()
 			w.done(&c.rd)
@@ -781,7 +788,6 @@ func (c *Conn) copyOut(p []byte) int {
 	c.rbufQueued -= n
 	c.rbufAvail += n
 	c.rseqNo += uint16(msgs)
-	c.updateCredits()
 	c.mu.Unlock()
 	return n
 }
@@ -879,7 +885,14 @@ func (c *Conn) Write(p []byte) (int, error) {
 	for n < len(p) {
 		w.arm(&c.wr)
 		c.mu.Lock()
-		c.pollLocked()
+		// Completions are reaped only when the write cannot go on
+		// (rsend's way): fewer polls, and no credit update of ours that
+		// nothing asked for.
+		xfer, inline, ok := c.sendRoom(len(p) - n)
+		if !ok {
+			c.pollLocked()
+			xfer, inline, ok = c.sendRoom(len(p) - n)
+		}
 		switch {
 		case c.wrShut || c.peerGone:
 			c.mu.Unlock()
@@ -889,23 +902,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.mu.Unlock()
 			return n, c.opErr("write", err)
 		}
-		need := 1
-		if c.msgSend {
-			need = 2
-		}
-		t := &c.target[c.targetSGE]
-		xfer := min(len(p)-n, int(t.Length), maxXfer)
-		inline := xfer <= c.inline
-		if !inline {
-			xfer = min(xfer, c.sbufAvail)
-		}
-		if c.sqeAvail < need || c.sseqNo == c.sseqComp || xfer == 0 {
+		if !ok {
 			c.mu.Unlock()
 			if err := c.block(&c.wr, &w); err != nil {
 				return n, c.opErr("write", err)
 			}
 			continue
 		}
+		need := 1
+		if c.msgSend {
+			need = 2
+		}
+		t := &c.target[c.targetSGE]
 		w.done(&c.wr)
 		w = waitState{}
 		raddr, rkey := t.Addr, t.Key
@@ -952,6 +960,20 @@ func (c *Conn) Write(p []byte) (int, error) {
 		n += xfer
 	}
 	return n, nil
+}
+
+// sendRoom says how much of left one data message may carry now.
+func (c *Conn) sendRoom(left int) (xfer int, inline, ok bool) {
+	need := 1
+	if c.msgSend {
+		need = 2
+	}
+	xfer = min(left, int(c.target[c.targetSGE].Length), maxXfer)
+	inline = xfer <= c.inline
+	if !inline {
+		xfer = min(xfer, c.sbufAvail)
+	}
+	return xfer, inline, c.sqeAvail >= need && c.sseqNo != c.sseqComp && xfer > 0
 }
 
 // postData posts one data message; the lock is taken only for the post
