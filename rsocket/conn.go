@@ -356,10 +356,10 @@ func (c *Conn) start(peer []byte) error {
 	}
 	c.target[0] = d.DataBuf
 	c.sseqComp = d.Credits
+	// The second half of the buffer is offered by the first poll, as
+	// rsocket does, not at once: a C rsocket still accepting takes an early
+	// credit update badly (its first reply can stall).
 	go c.waiter()
-	c.mu.Lock()
-	c.updateCredits()
-	c.mu.Unlock()
 	return nil
 }
 

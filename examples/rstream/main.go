@@ -54,9 +54,6 @@ func main() {
 	}
 	c.SetDeadline(time.Now().Add(*timeout))
 	if err := run(c); err != nil {
-		if d, ok := c.(interface{ DebugString() string }); ok {
-			log.Print(d.DebugString())
-		}
 		c.Close()
 		log.Fatal(err)
 	}
