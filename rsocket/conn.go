@@ -368,11 +368,11 @@ func (c *Conn) start(peer []byte) error {
 func (c *Conn) waiter() {
 	defer close(c.waitDone)
 	for {
-		// A Read or Write in progress polls by itself, and asks when it
-		// blocks; otherwise this goroutine keeps the protocol going (the
-		// peer's disconnect is answered even while the application is
-		// busy elsewhere).
-		ctx := c.ctx
+		// A Read or Write in progress polls by itself and waits in
+		// CQ.Wait itself when it blocks; otherwise this goroutine keeps
+		// the protocol going (the peer's disconnect is answered even
+		// while the application is busy elsewhere).
+		var ctx context.Context
 		var cancel context.CancelFunc
 		if c.active.Load() > 0 {
 			select {

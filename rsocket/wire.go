@@ -106,11 +106,3 @@ func putSGE(b []byte, s sge, o binary.ByteOrder) {
 func getSGE(b []byte, o binary.ByteOrder) sge {
 	return sge{Addr: o.Uint64(b), Key: o.Uint32(b[8:]), Length: o.Uint32(b[12:])}
 }
-
-// scaleToValue decodes rsocket's 8-bit scale (rs_scale_to_value).
-func scaleToValue(v, bits int) int {
-	if v <= 1<<(bits-1) {
-		return v
-	}
-	return (v &^ (1 << (bits - 1))) << bits
-}
