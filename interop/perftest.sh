@@ -22,6 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 BIN=${BIN:-/tmp/goverbs-interop}
 TESTS=${TESTS:-"send_bw write_bw read_bw send_lat write_lat read_lat"}
 SIZES=${SIZES:-"8 65536"}

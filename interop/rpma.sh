@@ -28,6 +28,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 BIN=${BIN:-/tmp/goverbs-rpma-interop}
 RPMA_SRC=${RPMA_SRC:?set RPMA_SRC to a checkout of github.com/pmem/rpma}
 export PATH="/usr/local/go/bin:$PATH"

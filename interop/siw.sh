@@ -13,6 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
+[ -x "$LAB" ] || { echo "$0: no lab at $LAB: set VMLAB to the lab's vmlab.sh (see README.md, the interop scripts)" >&2; exit 2; }
 BIN=${BIN:-/tmp/goverbs-interop}
 COUNT=${COUNT:-100}
 SIZES=${SIZES:-"64 1024 4096 16384 65535"}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -49,9 +50,6 @@ func TestListenerSurvivesEMFILE(t *testing.T) {
 				return ""
 			}
 			addr := expect("listening ")
-			if tr.name == "unix" {
-				addr = "unix:" + addr
-			}
 			expect("exhausted")
 
 			// The dialer fails, and not by its timeout.
@@ -174,4 +172,64 @@ func emfileChild(addr string) {
 	req.Close()
 	ln.Close()
 	os.Exit(0)
+}
+
+// A connection end costs one descriptor (its socket): the completion
+// channels rdmacm makes for GetSendComp and GetRecvComp have no eventfd
+// until someone asks for one. (10,000 connections between two processes
+// need 10,000 descriptors in each.)
+func TestDescriptorsPerConnection(t *testing.T) {
+	leakcheck.Check(t)
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(ents)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ln, err := rdmacm.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const n = 200
+	accepted := make(chan *rdmacm.ID, n)
+	go func() {
+		for range n {
+			req, err := ln.GetRequest(ctx)
+			if err != nil {
+				return
+			}
+			if err := req.CreateQP(nil, verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+				t.Error(err)
+			}
+			if err := req.Accept(ctx, nil); err != nil {
+				t.Error(err)
+			}
+			accepted <- req
+		}
+	}()
+	before := fds()
+	var ids []*rdmacm.ID
+	defer func() {
+		for _, id := range ids {
+			id.Close()
+		}
+	}()
+	for range n {
+		c, err := rdmacm.Dial(ctx, ln.LocalAddr().String(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c, <-accepted)
+	}
+	if per := float64(fds()-before) / (2 * n); per > 1.05 {
+		t.Fatalf("%.2f descriptors per connection end, want 1", per)
+	}
+	// A channel's descriptor appears when asked for, readable if events wait.
+	if fd := ids[0].SendCh().Fd(); fd < 0 {
+		t.Fatalf("Fd() = %d", fd)
+	}
 }

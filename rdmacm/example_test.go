@@ -2,7 +2,10 @@ package rdmacm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/goverbs/goverbs/rdmacm"
@@ -63,4 +66,29 @@ func Example() {
 	// client: accepted with "welcome"
 	// server: wr_id 7, success, "hello, iWARP"
 	// client: send success
+}
+
+// A listener's address prints as Dial takes it, scheme and all, and a
+// refused connection is a rejection whose cause errors.Is sees.
+func ExampleID_LocalAddr() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("unix:@goverbs-example-%d", os.Getpid())
+	ln, err := rdmacm.Listen(name)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ln.LocalAddr().String() == name) // the address to give a client
+	ln.Close()
+
+	_, err = rdmacm.Dial(ctx, name, nil, nil) // nobody listens there now
+	var rej *rdmacm.RejectedError
+	fmt.Println(errors.As(err, &rej), errors.Is(err, syscall.ECONNREFUSED))
+
+	_, err = rdmacm.Dial(ctx, "unix:", nil, nil)
+	fmt.Println(err)
+	// Output:
+	// true
+	// true true
+	// verbs: invalid argument: address "unix:" is empty
 }

@@ -3,10 +3,22 @@
 // events, disconnect, and the helpers of rdma_verbs.h (PostRecv, PostSendv,
 // GetRecvComp, ...), over any provider that makes connections.
 //
-// An address "host:port" or "tcp://host:port" uses the iWARP provider
-// (TCP; interoperates with Linux siw and librdmacm programs);
-// "roce://host:port" the RoCEv2 provider (IB CM over UDP; interoperates
-// with Linux rxe and RoCE NICs); "unix:/path" or "unix:@name" shared memory.
+// # Addresses
+//
+// An address names its transport by its scheme:
+//
+//	host:port, tcp://host:port  iWARP over TCP (provider iwarp; interoperates
+//	                            with Linux siw and librdmacm programs)
+//	roce://host:port            RoCEv2 over UDP (provider roce; the IB CM;
+//	                            interoperates with Linux rxe and RoCE NICs)
+//	unix:/path                  shared memory between processes of one host
+//	unix:@name                  (provider shm), over a Unix socket at a path
+//	                            or an abstract name
+//
+// The address LocalAddr and RemoteAddr return prints in the same form (an
+// *Addr carries the scheme of unix: and roce:// addresses), so that a
+// listener's LocalAddr().String() is what a client dials.
+//
 // A RoCE connection leaves from the device of the local address the route
 // chooses, or of the one given to CreateIDFrom or DialFrom; a listener is
 // on its own address's device.
@@ -24,6 +36,28 @@
 // The Go-style entry points are Dial (rdma_create_ep + rdma_connect) and
 // Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
 // code ported from C. Every blocking call takes a context.
+//
+// # Errors
+//
+// Errors are tested with errors.Is and errors.As, as those of package net:
+//
+//   - a connection the peer refuses is a *RejectedError (errors.Is
+//     ErrRejected); so is one nobody listens for, as librdmacm reports
+//     it, which also wraps syscall.ECONNREFUSED, and one the listener's
+//     permissions refuse (a unix: listener's peer check), which wraps
+//     syscall.EACCES;
+//   - a peer that does not answer gives an error wrapping ErrUnreachable.
+//     Connect (and Dial) wait for the answer until the context's
+//     deadline; without a deadline they give up after 10 seconds
+//     (errors.Is syscall.ETIMEDOUT). A deadline, shorter or longer than
+//     that, is the one that counts. When the context ends, the error also
+//     wraps its error (context.DeadlineExceeded, context.Canceled);
+//   - a bad address or argument wraps verbs.ErrInvalid, an unknown scheme
+//     verbs.ErrNotSupported;
+//   - every method of a closed identifier (but Close, which may be called
+//     again, and the accessors) returns ErrClosed, and so do calls blocked
+//     in it (GetRequest, NextEvent, GetRecvComp, GetSendComp) when it is
+//     closed.
 package rdmacm
 
 import (
@@ -47,7 +81,8 @@ import (
 var (
 	ErrRejected    = cm.ErrRejected
 	ErrUnreachable = cm.ErrUnreachable
-	ErrClosed      = errors.New("rdmacm: identifier closed")
+	// ErrClosed is what the methods of a closed identifier return.
+	ErrClosed = errors.New("rdmacm: identifier closed")
 
 	// An EventDisconnected's Err wraps ErrDisconnected when the peer ended
 	// the connection and ErrLocalDisconnect when this side did (Disconnect,
@@ -56,7 +91,18 @@ var (
 	ErrLocalDisconnect = cm.ErrLocalDisconnect
 )
 
-// RejectedError carries the private data of a rejection.
+// RejectedError is the error of a connection that was refused. Its
+// fields:
+//
+//	PrivateData []byte // what the peer sent with its rejection (rdma_reject); nil when the system refused
+//	Reason      string // why, when the transport knows more than "rejected by the peer"
+//	Err         error  // the cause when the system refused: syscall.ECONNREFUSED (nobody
+//	                   // listens at the address), syscall.EACCES (the listener does not
+//	                   // admit this process); nil when the peer rejected by its own choice
+//
+// errors.Is(err, ErrRejected) holds for every rejection, and errors.Is(err,
+// syscall.ECONNREFUSED) (or EACCES) when Err is that errno. EventRejected
+// carries the same error and private data.
 type RejectedError = cm.RejectedError
 
 // AcceptError is GetRequest's report that the listener failed to accept a
@@ -97,9 +143,53 @@ func transportFor(addr string) (cm.Transport, string, error) {
 	}
 	t, ok := cm.Lookup(scheme)
 	if !ok {
-		return nil, "", fmt.Errorf("%w: no transport for %q", verbs.ErrNotSupported, scheme)
+		return nil, "", fmt.Errorf("%w: no transport for %q in address %q (the schemes are host:port, tcp://host:port, roce://host:port, unix:/path and unix:@name)", verbs.ErrNotSupported, scheme, addr)
+	}
+	if rest == "" {
+		return nil, "", fmt.Errorf("%w: address %q is empty", verbs.ErrInvalid, addr)
+	}
+	if scheme == "tcp" && (rest[0] == '@' || rest[0] == '/') {
+		// A unix socket's own spelling, without the scheme that says so.
+		return nil, "", fmt.Errorf("%w: address %q: a shared-memory address is unix:%s", verbs.ErrInvalid, addr, rest)
 	}
 	return t, rest, nil
+}
+
+// Addr is the address of an identifier over a transport whose addresses
+// are dialed with their scheme (shared memory, RoCE): its String is the
+// form Dial and Listen accept, "unix:@name", "unix:/path" or
+// "roce://host:port". Over TCP, LocalAddr and RemoteAddr return the
+// *net.TCPAddr itself, whose String Dial accepts as it is.
+type Addr struct {
+	// Scheme is the transport's: "unix" or "roce".
+	Scheme string
+	// Addr is the transport's own address: a *net.UnixAddr (an unnamed
+	// socket, a dialer's end, has an empty Name), or a *net.UDPAddr whose
+	// port is rdma_cm's port.
+	Addr net.Addr
+}
+
+// Network returns the scheme.
+func (a *Addr) Network() string { return a.Scheme }
+
+// String returns the address as Dial takes it; "" for an unnamed socket.
+func (a *Addr) String() string {
+	s := a.Addr.String()
+	switch {
+	case s == "":
+		return ""
+	case a.Scheme == "unix":
+		return "unix:" + s
+	}
+	return a.Scheme + "://" + s
+}
+
+// addrOf gives a transport's address the form Dial takes.
+func (id *ID) addrOf(a net.Addr) net.Addr {
+	if a == nil || id.tr.Name() == "tcp" {
+		return a
+	}
+	return &Addr{Scheme: id.tr.Name(), Addr: a}
 }
 
 // devices caches one context and one default PD per device, as librdmacm does.
@@ -365,30 +455,33 @@ func CreateIDFrom(src, addr string) (*ID, error) {
 	return newIDOn(t, rest, name)
 }
 
-// LocalAddr returns the local address of a connected or listening identifier.
+// LocalAddr returns the local address of a connected or listening
+// identifier, nil before it is either. Its String is an address Dial
+// accepts: a listener's is the one to dial (a *net.TCPAddr, or an *Addr
+// with its scheme).
 func (id *ID) LocalAddr() net.Addr {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	switch {
 	case id.conn != nil:
-		return id.conn.LocalAddr()
+		return id.addrOf(id.conn.LocalAddr())
 	case id.req != nil:
-		return id.req.LocalAddr()
+		return id.addrOf(id.req.LocalAddr())
 	case id.ln != nil:
-		return id.ln.Addr()
+		return id.addrOf(id.ln.Addr())
 	}
 	return nil
 }
 
-// RemoteAddr returns the peer's address.
+// RemoteAddr returns the peer's address (of the same types as LocalAddr's).
 func (id *ID) RemoteAddr() net.Addr {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	switch {
 	case id.conn != nil:
-		return id.conn.RemoteAddr()
+		return id.addrOf(id.conn.RemoteAddr())
 	case id.req != nil:
-		return id.req.RemoteAddr()
+		return id.addrOf(id.req.RemoteAddr())
 	}
 	return nil
 }
@@ -424,9 +517,12 @@ func (id *ID) post(ev Event) {
 // ID is the new request.
 func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 	id.mu.Lock()
-	listening := id.state == stateListening
+	st := id.state
 	id.mu.Unlock()
-	if listening {
+	if st == stateClosed {
+		return Event{}, ErrClosed
+	}
+	if st == stateListening {
 		req, err := id.GetRequest(ctx)
 		if err != nil {
 			return Event{}, err
@@ -437,6 +533,8 @@ func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 	select {
 	case ev := <-id.events:
 		return ev, nil
+	case <-id.done:
+		return Event{}, ErrClosed
 	case <-ctx.Done():
 		return Event{}, ctx.Err()
 	}
@@ -546,6 +644,14 @@ func (id *ID) destroyCQs() {
 func (id *ID) DestroyQP() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return ErrClosed
+	}
+	return id.destroyQP()
+}
+
+// destroyQP is DestroyQP with id.mu held.
+func (id *ID) destroyQP() error {
 	if id.qp == nil {
 		return nil
 	}
@@ -559,12 +665,17 @@ func (id *ID) DestroyQP() error {
 // (rdma_connect) and waits for the outcome. The identifier needs a QP
 // (CreateQP). On success an EventEstablished is also queued; a rejection
 // returns a *RejectedError (and queues EventRejected), no answer an error
-// wrapping ErrUnreachable (EventUnreachable).
+// wrapping ErrUnreachable (EventUnreachable). It waits for the answer
+// until ctx's deadline, or 10 seconds when ctx has none (see the package
+// doc, Errors).
 func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	id.mu.Lock()
 	if id.state != stateIdle || id.qp == nil {
 		st, qp := id.state, id.qp
 		id.mu.Unlock()
+		if st == stateClosed {
+			return ErrClosed
+		}
 		if qp == nil {
 			return fmt.Errorf("%w: connect needs a QP (CreateQP)", verbs.ErrInvalidState)
 		}
@@ -593,15 +704,20 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 		}
 		return err
 	}
-	id.established(conn, Event{Type: EventEstablished, PrivateData: conn.PrivateData(), ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
-	return nil
+	return id.established(conn, Event{Type: EventEstablished, PrivateData: conn.PrivateData(), ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
 }
 
 // established records the connection, queues ev (EventEstablished) and
 // watches the connection for the end, whose event therefore always comes
-// after ev.
-func (id *ID) established(conn cm.Conn, ev Event) {
+// after ev. An identifier closed meanwhile ends the connection at once
+// and returns ErrClosed.
+func (id *ID) established(conn cm.Conn, ev Event) error {
 	id.mu.Lock()
+	if id.state == stateClosed {
+		id.mu.Unlock()
+		conn.Disconnect()
+		return ErrClosed
+	}
 	id.conn, id.state = conn, stateConnected
 	if id.peerPD == nil {
 		id.peerPD = conn.PrivateData()
@@ -625,6 +741,7 @@ func (id *ID) established(conn cm.Conn, ev Event) {
 		case <-id.done:
 		}
 	}()
+	return nil
 }
 
 // Done returns a channel closed when the connection has ended (the peer
@@ -645,6 +762,10 @@ func (id *ID) Done() <-chan struct{} {
 func (id *ID) Disconnect() error {
 	id.mu.Lock()
 	conn := id.conn
+	if id.state == stateClosed {
+		id.mu.Unlock()
+		return ErrClosed
+	}
 	if conn == nil {
 		id.mu.Unlock()
 		return fmt.Errorf("%w: not connected", verbs.ErrInvalidState)
@@ -680,12 +801,16 @@ func (id *ID) Close() error {
 		ln.Close()
 	}
 	id.wg.Wait()
-	return id.DestroyQP()
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.destroyQP()
 }
 
 // Dial creates an identifier for addr, creates its QP with attr (nil: an RC
 // QP with 16 WRs and 1 SGE each way and its own CQs) and connects it, as
-// rdma_create_ep followed by rdma_connect.
+// rdma_create_ep followed by rdma_connect. Its errors are Connect's; the
+// wait for the answer ends at ctx's deadline, however long, or after 10
+// seconds when ctx has none.
 func Dial(ctx context.Context, addr string, attr *verbs.QPInitAttr, p *ConnParam) (*ID, error) {
 	return DialFrom(ctx, "", addr, attr, p)
 }
@@ -733,6 +858,9 @@ func Listen(addr string) (*ID, error) {
 func (id *ID) Listen() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return ErrClosed
+	}
 	if id.state != stateIdle {
 		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
 	}
@@ -777,6 +905,9 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	id.mu.Lock()
 	ln, st := id.ln, id.state
 	id.mu.Unlock()
+	if st == stateClosed {
+		return nil, ErrClosed
+	}
 	if st != stateListening {
 		return nil, fmt.Errorf("%w: not listening", verbs.ErrInvalidState)
 	}
@@ -810,6 +941,9 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 	if id.state != stateRequest || id.qp == nil {
 		st, qp := id.state, id.qp
 		id.mu.Unlock()
+		if st == stateClosed {
+			return ErrClosed
+		}
 		if qp == nil {
 			return fmt.Errorf("%w: accept needs a QP (CreateQP)", verbs.ErrInvalidState)
 		}
@@ -831,12 +965,13 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 	conn, err := req.Accept(qp, cp)
 	if err != nil {
 		id.mu.Lock()
-		id.state = stateDisconnected
+		if id.state != stateClosed {
+			id.state = stateDisconnected
+		}
 		id.mu.Unlock()
 		return err
 	}
-	id.established(conn, Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
-	return nil
+	return id.established(conn, Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
 }
 
 // Reject refuses the connection request of this identifier (rdma_reject),
@@ -844,7 +979,11 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 func (id *ID) Reject(privateData []byte) error {
 	id.mu.Lock()
 	if id.state != stateRequest {
+		st := id.state
 		id.mu.Unlock()
+		if st == stateClosed {
+			return ErrClosed
+		}
 		return fmt.Errorf("%w: no connection request to reject", verbs.ErrInvalidState)
 	}
 	id.state = stateDisconnected

@@ -57,12 +57,12 @@ var transports = []transport{
 			return addr
 		}, "", false},
 	{"unix", func() string { return fmt.Sprintf("unix:@goverbs-rdmacm-test-%d-%d", os.Getpid(), unixSeq.Add(1)) },
-		func(ln *rdmacm.ID) string { return "unix:" + ln.LocalAddr().String() },
+		func(ln *rdmacm.ID) string { return ln.LocalAddr().String() },
 		func(t *testing.T) string { return "unix:" + filepath.Join(t.TempDir(), "nobody") }, "", false},
 	// RoCE between two loopback addresses of this process's own (each
 	// address's UDP port 4791 is one process's).
 	{"roce", func() string { return fmt.Sprintf("roce://%v:%d", roceAddr(1), 7000+unixSeq.Add(1)) },
-		func(ln *rdmacm.ID) string { return "roce://" + ln.LocalAddr().String() },
+		func(ln *rdmacm.ID) string { return ln.LocalAddr().String() },
 		func(t *testing.T) string {
 			// The address's device is up (a listener on another port), so
 			// a request for a port nobody listens on is rejected.

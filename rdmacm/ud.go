@@ -123,6 +123,10 @@ func (id *ID) resolveUD(ctx context.Context, qp *verbs.QP, p *ConnParam) error {
 	}
 	ud := &UDParam{AH: peer.AH, QPN: peer.QPN, QKey: peer.QKey}
 	id.mu.Lock()
+	if id.state == stateClosed {
+		id.mu.Unlock()
+		return ErrClosed
+	}
 	id.ud, id.peerPD = ud, peer.PrivateData
 	id.state = stateConnected
 	id.mu.Unlock()
@@ -150,7 +154,7 @@ func (id *ID) PostUDSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.Send
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }

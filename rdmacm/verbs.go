@@ -3,6 +3,9 @@ package rdmacm
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -14,21 +17,44 @@ import (
 // RegMsgs registers buf for sending and receiving messages (rdma_reg_msgs):
 // local write access.
 func (id *ID) RegMsgs(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite)
 }
 
 // RegRead registers buf as the target of the peer's RDMA reads (rdma_reg_read).
 func (id *ID) RegRead(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 }
 
 // RegWrite registers buf as the target of the peer's RDMA writes (rdma_reg_write).
 func (id *ID) RegWrite(buf []byte) (*verbs.MR, error) {
-	return id.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	pd, err := id.livePD()
+	if err != nil {
+		return nil, err
+	}
+	return pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 }
 
-// Dereg deregisters a region (rdma_dereg_mr).
+// Dereg deregisters a region (rdma_dereg_mr). A region outlives the
+// identifier it was registered through: Dereg works after Close too.
 func (id *ID) Dereg(mr *verbs.MR) error { return mr.Dereg() }
+
+// livePD is the identifier's PD, or ErrClosed.
+func (id *ID) livePD() (*verbs.PD, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return nil, ErrClosed
+	}
+	return id.pd, nil
+}
 
 // sgeOf returns the SGE for buf, which must lie inside mr (the buffer must be
 // registered, rdma_post_recv(3) and rdma_post_send(3) say).
@@ -42,6 +68,9 @@ func sgeOf(buf []byte, mr *verbs.MR) (verbs.SGE, error) {
 func (id *ID) liveQP() (*verbs.QP, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.state == stateClosed {
+		return nil, ErrClosed
+	}
 	if id.qp == nil {
 		return nil, fmt.Errorf("%w: no QP is associated with the identifier", verbs.ErrInvalidState)
 	}
@@ -57,7 +86,11 @@ func (id *ID) PostRecv(wrid uint64, buf []byte, mr *verbs.MR) error {
 	if err != nil {
 		return err
 	}
-	return id.PostRecvv(wrid, []verbs.SGE{sge})
+	qp, err := id.liveQP()
+	if err != nil {
+		return err
+	}
+	return postRecv(qp, wrid, nil, &sge)
 }
 
 // PostRecvv posts a scatter list to receive one message (rdma_post_recvv).
@@ -66,7 +99,7 @@ func (id *ID) PostRecvv(wrid uint64, sgl []verbs.SGE) error {
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostRecv([]verbs.RecvWR{{WRID: wrid, SGList: sgl}}))
+	return postRecv(qp, wrid, sgl, nil)
 }
 
 // PostSend sends buf as one message (rdma_post_send). buf must lie in mr
@@ -88,9 +121,9 @@ func (id *ID) PostSend(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }
 
 // PostSendv sends the scatter/gather list sgl as one message
@@ -103,7 +136,7 @@ func (id *ID) PostSendv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags) err
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRSend, Flags: flags, SGList: sgl}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRSend, Flags: flags, SGList: sgl}, nil)
 }
 
 // PostRead reads len(buf) bytes at remoteAddr of the peer's region rkey into
@@ -113,7 +146,11 @@ func (id *ID) PostRead(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendFl
 	if err != nil {
 		return err
 	}
-	return id.PostReadv(wrid, []verbs.SGE{sge}, flags, remoteAddr, rkey)
+	qp, err := id.liveQP()
+	if err != nil {
+		return err
+	}
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, RemoteAddr: remoteAddr, RKey: rkey}, &sge)
 }
 
 // PostReadv reads into a scatter list (rdma_post_readv).
@@ -122,7 +159,7 @@ func (id *ID) PostReadv(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, rem
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMARead, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}, nil)
 }
 
 // PostWrite writes buf (in mr, or any memory with SendInline and mr nil) to
@@ -140,9 +177,9 @@ func (id *ID) PostWrite(wrid uint64, buf []byte, mr *verbs.MR, flags verbs.SendF
 		if err != nil {
 			return err
 		}
-		wr.SGList = []verbs.SGE{sge}
+		return postSend(qp, &wr, &sge)
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{wr}))
+	return postSend(qp, &wr, nil)
 }
 
 // PostWritev writes a gather list (rdma_post_writev).
@@ -151,7 +188,47 @@ func (id *ID) PostWritev(wrid uint64, sgl []verbs.SGE, flags verbs.SendFlags, re
 	if err != nil {
 		return err
 	}
-	return unwrapPost(qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRRDMAWrite, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}}))
+	return postSend(qp, &verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, Flags: flags, SGList: sgl, RemoteAddr: remoteAddr, RKey: rkey}, nil)
+}
+
+// scratch holds the one-request lists the helpers post, from a pool, so
+// that posting allocates nothing: the provider copies a request into its
+// queue before PostSend or PostRecv returns.
+type scratch struct {
+	swr [1]verbs.SendWR
+	rwr [1]verbs.RecvWR
+	sge [1]verbs.SGE
+	wc  [1]verbs.WC // for GetRecvComp and GetSendComp
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// postSend posts *wr, its SGE list sge when sge is not nil.
+func postSend(qp *verbs.QP, wr *verbs.SendWR, sge *verbs.SGE) error {
+	s := scratchPool.Get().(*scratch)
+	s.swr[0] = *wr
+	if sge != nil {
+		s.sge[0] = *sge
+		s.swr[0].SGList = s.sge[:]
+	}
+	err := qp.PostSend(s.swr[:])
+	*s = scratch{} // keeps no buffer, region or AH alive
+	scratchPool.Put(s)
+	return unwrapPost(err)
+}
+
+// postRecv posts a receive of sgl, or of the one SGE sge when it is not nil.
+func postRecv(qp *verbs.QP, wrid uint64, sgl []verbs.SGE, sge *verbs.SGE) error {
+	s := scratchPool.Get().(*scratch)
+	s.rwr[0] = verbs.RecvWR{WRID: wrid, SGList: sgl}
+	if sge != nil {
+		s.sge[0] = *sge
+		s.rwr[0].SGList = s.sge[:]
+	}
+	err := qp.PostRecv(s.rwr[:])
+	*s = scratch{}
+	scratchPool.Put(s)
+	return unwrapPost(err)
 }
 
 // unwrapPost turns the PostError of a one-request list into its cause.
@@ -163,14 +240,20 @@ func unwrapPost(err error) error {
 }
 
 // GetSendComp waits for the next send completion (rdma_get_send_comp).
-// See GetRecvComp.
+// See GetRecvComp. A request posted without SendSignaled completes only if
+// it fails: GetSendComp does not wait for one that succeeds (see package
+// verbs, Completion semantics), and over iWARP a SEND or WRITE completes
+// once sent, an error the peer finds arriving after it.
 func (id *ID) GetSendComp(ctx context.Context) (verbs.WC, error) {
 	return id.getComp(ctx, true)
 }
 
 // GetRecvComp waits for the next receive completion (rdma_get_recv_comp):
-// it polls the identifier's receive CQ and, when it is empty, blocks until
-// a receive completes or ctx is done. It is meant for identifiers with their
+// it polls the identifier's receive CQ for up to the CQ's WaitSpin
+// (verbs.DefaultWaitSpin unless CQ.SetWaitSpin changed it: a CPU kept busy
+// that long, for a reply that comes without a wake-up's tens of
+// microseconds), then blocks until a receive completes or ctx is done
+// (librdmacm blocks at once). It is meant for identifiers with their
 // own, separate send and receive CQs (those CreateQP makes); on an
 // identifier whose CQs are shared it returns ErrInvalid, since it could
 // consume a send completion. The completion may carry an error status: check
@@ -186,13 +269,60 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 		cq, ch = id.sendCQ, id.sendCh
 	}
 	shared := id.sendCQ == id.recvCQ
+	closed := id.state == stateClosed
 	id.mu.Unlock()
-	var wc [1]verbs.WC
+	if closed {
+		return verbs.WC{}, ErrClosed
+	}
 	if cq == nil {
 		return verbs.WC{}, fmt.Errorf("%w: the identifier has no CQs", verbs.ErrInvalidState)
 	}
 	if shared {
 		return verbs.WC{}, fmt.Errorf("%w: the identifier's send and receive CQs are the same CQ", verbs.ErrInvalid)
+	}
+	wc, err := waitComp(ctx, id.done, cq, ch)
+	if err != nil {
+		id.mu.Lock()
+		closed = id.state == stateClosed
+		id.mu.Unlock()
+		if closed {
+			// Close destroyed the CQ or its channel under the wait.
+			return verbs.WC{}, ErrClosed
+		}
+	}
+	return wc, err
+}
+
+// waitComp takes one completion of cq: it polls for up to the CQ's
+// WaitSpin, then waits on ch (or CQ.Wait without one). The spin ends
+// early when ctx ends or done (the identifier's) is closed.
+func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
+	// The slice Poll fills would escape (an interface call): it comes
+	// from the pool.
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	wc := &s.wc
+	n, err := cq.Poll(wc[:])
+	if err != nil || n == 1 {
+		return wc[0], err
+	}
+	if spin := cq.WaitSpin(); spin > 0 && ch != nil { // (without ch, CQ.Wait spins)
+		// Polling, not arming: a transport in polled mode stays in it, and
+		// a completion due within the spin comes with no wake-up.
+		deadline := time.Now().Add(spin)
+		for i := 1; ; i++ {
+			if n, err := cq.Poll(wc[:]); err != nil || n == 1 {
+				return wc[0], err
+			}
+			if i%16 == 0 {
+				if ctx.Err() != nil || isClosed(done) || time.Now().After(deadline) {
+					break
+				}
+				if i%64 == 0 {
+					runtime.Gosched() // the transport's goroutines may need this CPU
+				}
+			}
+		}
 	}
 	for {
 		n, err := cq.Poll(wc[:])
@@ -218,5 +348,15 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 			return verbs.WC{}, err
 		}
 		ch.AckEvents(evcq, 1)
+	}
+}
+
+// isClosed reports whether done is closed.
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }

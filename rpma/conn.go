@@ -96,6 +96,9 @@ type Conn struct {
 	native atomic.Int32
 
 	remote atomic.Pointer[PeerCfg]
+	// remoteSet says ApplyRemotePeerCfg was called (remote is otherwise
+	// a default configuration), for Flush's error.
+	remoteSet atomic.Bool
 
 	events chan ConnEvent
 	note   *notifier
@@ -238,6 +241,7 @@ func (c *Conn) ApplyRemotePeerCfg(cfg *PeerCfg) error {
 	}
 	cp := *cfg
 	c.remote.Store(&cp)
+	c.remoteSet.Store(true)
 	return nil
 }
 
@@ -493,7 +497,15 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 	case FlushPersistent:
 		need, vt = UsageFlushTypePersistent, verbs.FlushPersistent
 		if !c.remote.Load().DirectWriteToPmem() {
-			return wrap(ErrNoSupp, "persistent flush: the remote peer does not declare direct write to persistent memory")
+			if !c.remoteSet.Load() {
+				return wrap(ErrNoSupp, "a persistent flush needs the remote peer's configuration to declare direct write "+
+					"to persistent memory, as librpma requires, and none was applied: the target sets "+
+					"PeerCfg.SetDirectWriteToPmem(true) (rpma_peer_cfg_set_direct_write_to_pmem) and sends "+
+					"its descriptor, which this side applies with Conn.ApplyRemotePeerCfg")
+			}
+			return wrap(ErrNoSupp, "a persistent flush needs the remote peer's configuration to declare direct write "+
+				"to persistent memory, as librpma requires, and the one applied (ApplyRemotePeerCfg) does not: the "+
+				"target must set PeerCfg.SetDirectWriteToPmem(true) (rpma_peer_cfg_set_direct_write_to_pmem)")
 		}
 	case FlushVisibility:
 		need, vt = UsageFlushTypeVisibility, verbs.FlushGlobal
@@ -501,7 +513,8 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 		return wrap(ErrInval, "flush type %d", typ)
 	}
 	if dst.usage&need == 0 {
-		return wrap(ErrNoSupp, "%v flush of a remote region with usage %v", typ, dst.usage)
+		return wrap(ErrNoSupp, "a %v flush needs the remote region registered with usage %v, and its usage is %v: "+
+			"the target must register it with that usage (Peer.RegMR, rpma_mr_reg)", typ, need, dst.usage)
 	}
 	if err := checkRange("flush", dstOff, n, dst.size); err != nil {
 		return err

@@ -30,11 +30,16 @@ type ConnReq struct {
 // a nil peer or an empty address or port, and ErrProvider when the
 // identifier, the CQs or the QP cannot be created.
 func NewConnReq(peer *Peer, addr, port string, cfg *ConnCfg) (*ConnReq, error) {
-	if peer == nil || addr == "" || port == "" {
-		return nil, wrap(ErrInval, "peer %v, address %q, port %q", peer != nil, addr, port)
+	switch {
+	case peer == nil:
+		return nil, wrap(ErrInval, "no peer (NewPeer)")
+	case addr == "":
+		return nil, wrap(ErrInval, "no server address")
+	case port == "":
+		return nil, wrap(ErrInval, "no port")
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return nil, wrap(ErrInval, "port %q", port)
+		return nil, wrap(ErrInval, "port %q is not a number from 0 to 65535", port)
 	}
 	id, err := rdmacm.CreateID(cmAddr(addr, port))
 	if err != nil {

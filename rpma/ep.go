@@ -32,11 +32,14 @@ type Ep struct {
 // port "0" picks a free port (see Addr). It returns ErrInval for a nil peer
 // or a bad address, and ErrProvider when listening fails.
 func (p *Peer) Listen(addr, port string) (*Ep, error) {
-	if p == nil || addr == "" {
-		return nil, wrap(ErrInval, "nil peer or empty address")
+	switch {
+	case p == nil:
+		return nil, wrap(ErrInval, "no peer (NewPeer)")
+	case addr == "":
+		return nil, wrap(ErrInval, "no address to listen at")
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return nil, wrap(ErrInval, "port %q", port)
+		return nil, wrap(ErrInval, "port %q is not a number from 0 to 65535", port)
 	}
 	id, err := rdmacm.Listen(cmAddr(addr, port))
 	if err != nil {
@@ -96,7 +99,11 @@ func (e *Ep) Port() string {
 	if e.port != "" {
 		return e.port
 	}
-	_, port, _ := net.SplitHostPort(e.Addr().String())
+	a := e.Addr()
+	if ra, ok := a.(*rdmacm.Addr); ok {
+		a = ra.Addr // the transport's own, without the scheme
+	}
+	_, port, _ := net.SplitHostPort(a.String())
 	return port
 }
 

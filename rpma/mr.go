@@ -85,8 +85,13 @@ type MR struct {
 // whose persistent flushes reach the file. It returns ErrInval for a nil
 // peer, an empty buffer or no usage, and ErrProvider when registration fails.
 func (p *Peer) RegMR(buf []byte, usage Usage) (*MR, error) {
-	if p == nil || len(buf) == 0 || usage == 0 {
-		return nil, wrap(ErrInval, "peer %v, %d bytes, usage %v", p != nil, len(buf), usage)
+	switch {
+	case p == nil:
+		return nil, wrap(ErrInval, "no peer (NewPeer)")
+	case len(buf) == 0:
+		return nil, wrap(ErrInval, "an empty buffer")
+	case usage == 0:
+		return nil, wrap(ErrInval, "no usage (UsageReadSrc, UsageWriteDst, ...: what the region is for)")
 	}
 	iw := p.ctx.QueryDevice().TransportType == verbs.TransportIWARP
 	mr, err := p.pd.RegMR(buf, usage.access(iw))

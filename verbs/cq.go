@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // CQ is a completion queue (struct ibv_cq).
@@ -18,6 +19,7 @@ type CQ struct {
 	ch     *CompChannel
 	d      cqDriver
 	events atomic.Int64 // delivered minus acknowledged completion events
+	spin   atomic.Int64 // SetWaitSpin's, in nanoseconds
 	// UserData is free for the application (the cq_context of the C API).
 	UserData any
 }
@@ -57,8 +59,38 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 
 // Wait blocks until the CQ holds at least one completion, or ctx is done.
 // It needs no channel and no arming. A completion that is already there
-// makes it return at once.
+// makes it return at once. It first polls for up to WaitSpin (see
+// SetWaitSpin), then sleeps.
 func (cq *CQ) Wait(ctx context.Context) error { return cq.d.Wait(ctx) }
+
+// DefaultWaitSpin is how long a new CQ's blocking waits poll before they
+// sleep (SetWaitSpin). It covers a small message's round trip over shared
+// memory and loopback TCP with room for a busy machine's hiccups, so that
+// blocking code runs near the speed of polling code at small sizes: in
+// package rdmacm's BenchmarkPingPong (8 bytes, 2 vCPUs), a blocking round
+// trip took 1.3 µs over shm and 14 µs over iWARP against 1.2 and 13 µs
+// polling; 50 µs gave 2.5 and 17 µs, and no spin 26 and 30 µs.
+const DefaultWaitSpin = 100 * time.Microsecond
+
+// SetWaitSpin sets how long the blocking waits for the CQ's completions
+// poll the CQ before they sleep: CQ.Wait, and package rdmacm's GetRecvComp
+// and GetSendComp. A completion that comes within d is taken without a
+// wake-up, which on these machines costs tens of microseconds (a
+// goroutine parked, the transport's own goroutine woken, a system call or
+// two each way); the price is CPU: a wait that ends up sleeping has kept a
+// CPU busy for d first, and an application that waits on many CQs at
+// once may want less. On a machine whose CPUs are all busy, a spinning
+// wait competes for them with the peer it waits for, and sleeping at once
+// is faster: with the 2 vCPUs of the measurement under a load of 4, the
+// 8-byte blocking round trip over iWARP took 48 µs without a spin against
+// 210 µs with the default one (and 340 µs polling). d <= 0 turns the spin
+// off: every wait that finds the CQ empty sleeps at once. The default is
+// DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
+// spin.
+func (cq *CQ) SetWaitSpin(d time.Duration) { cq.spin.Store(int64(max(d, 0))) }
+
+// WaitSpin returns how long blocking waits poll the CQ before they sleep.
+func (cq *CQ) WaitSpin() time.Duration { return time.Duration(cq.spin.Load()) }
 
 // Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while
 // completion events obtained with GetEvent are not acknowledged with

@@ -25,6 +25,44 @@
 // waited for with CQ.ReqNotify and CompChannel.GetEvent (or epoll on
 // CompChannel.Fd), or with CQ.Wait(ctx).
 //
+// # Completion semantics
+//
+// When a request completes, and where an error the target finds shows,
+// depend on the transport, as they do on hardware (InfiniBand and RoCE
+// against iWARP). Per provider, for a SEND or RDMA WRITE (with immediate or
+// invalidate too):
+//
+//	provider  completes when                  an error the target finds (bad rkey, out of
+//	                                          bounds, longer than the receive buffer)
+//	loop      in PostSend, done at the target in its own completion (REM_ACCESS_ERR, ...)
+//	loop (*)  in PostSend, once sent          after it: QP to ERR with EventQPFatal
+//	shm       the target consumed it          in its own completion
+//	iwarp     TCP took the bytes              after it: the peer's Terminate, QP to ERR
+//	roce      the target acknowledged it      in its own completion (the target's NAK)
+//
+//	(*) a device added with loop.Config.CompleteAtSend, which behaves as iwarp
+//
+// In every case the QP then moves to ERR and the requests behind the
+// failing one complete with WR_FLUSH_ERR; the target's QP moves to ERR
+// too. "After it" means the failing request itself completed with
+// success: code that must run over iWARP (siw, RNICs) learns of a remote
+// error from the flush of what follows (or the connection's end), never
+// from the failing request. RDMA READ and the atomics complete, on every
+// provider, when their data is in the local memory, and a target's error
+// is in their own completion (over iWARP when the peer's Terminate names
+// the Read, otherwise as WR_FLUSH_ERR). A SEND that finds no receive
+// posted waits and is retried as rnr_retry says (7: for ever; then
+// RNR_RETRY_EXC_ERR) on loop, shm and roce; iWARP has no RNR, and it is a
+// remote error as above.
+//
+// An unsignaled request (no SendSignaled, on a QP that does not signal
+// all) that succeeds produces no completion at all: CQ.Wait, a completion
+// channel and rdmacm's GetSendComp do not wait for it, they return with
+// the next completion there is. One that fails, or is flushed, always
+// completes. To know an unsignaled request is done (and its buffer free),
+// post a signaled one after it: an RC QP's completions come in posting
+// order.
+//
 // Devices come from providers, which register themselves when imported:
 // goverbs/provider/loop offers "loop0", an in-process device for tests.
 // Providers implement the interfaces of package verbs/driver; applications

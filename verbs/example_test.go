@@ -125,3 +125,29 @@ func ExampleCompChannel() {
 	fmt.Println(n, wc[0].Opcode, wc[0].Status)
 	// Output: 1 RECV success
 }
+
+// The README's example, line for line: two QPs of loop0, a SEND and its
+// receive.
+func Example_readme() {
+	ctx, _ := verbs.OpenDevice("loop0")
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(64, nil)
+	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	a, _ := pd.CreateQP(attr)
+	b, _ := pd.CreateQP(attr)
+	loop.Connect(a, b) // RESET -> INIT -> RTR -> RTS, each the other's destination
+
+	mr, _ := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	copy(mr.Bytes(), "hello")
+	b.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(1024, 64)}}})
+	a.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 5)}}})
+
+	wc := make([]verbs.WC, 2)
+	n, _ := cq.Poll(wc) // the send and the receive completions
+
+	fmt.Println(n, "completions;", string(mr.Bytes()[1024:1029]))
+	ctx.Close()
+	// Output: 2 completions; hello
+}

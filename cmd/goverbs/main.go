@@ -43,6 +43,16 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// exitError is a failure with its own exit status (a command that stat
+// ran).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
 // badUsage returns a usageError for command cmd.
 func badUsage(cmd, format string, a ...any) error {
 	return &usageError{cmd, fmt.Errorf(format, a...)}
@@ -84,6 +94,8 @@ func run(args []string) int {
 		err = perfCmd(args[1:])
 	case "stat":
 		err = stat(args[1:])
+	case "soak":
+		err = soak(args[1:])
 	case "-h", "-help", "--help", "help":
 		usage(helpOut)
 		return 0
@@ -93,11 +105,15 @@ func run(args []string) int {
 		return 2
 	}
 	var ue *usageError
+	var ee *exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errHelp):
 		return 0
+	case errors.As(err, &ee):
+		fmt.Fprintln(os.Stderr, "goverbs:", err)
+		return ee.code
 	case errors.As(err, &ue):
 		fmt.Fprintf(os.Stderr, "goverbs %s: %v\n(goverbs %s -h for help)\n", ue.cmd, ue.err, ue.cmd)
 		return 2
@@ -144,6 +160,9 @@ commands:
   perf [TEST [SERVER] [-s SIZE] [-a] [-n ITERS] [-D SECS] [-t DEPTH] [-p PORT] [--json] [--server]]
                     perftest-style send/write/read/atomic latency and bandwidth;
                     with no SERVER, both ends in this process (loopback)
+  soak [-a ADDR] [-D DURATION] [-q CONNS] [--kill-every DURATION]
+                    mixed operations against a peer process it kills now and
+                    then, every byte verified; reports lost or corrupted work
   stat [--json] COMMAND [ARGS...]
                     run a command, then print the counters of the devices it
                     used (messages and bytes per opcode, errors, retransmits)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,7 +176,7 @@ func capture(t *testing.T, f func()) string {
 // -h and --help print the command's help and exit 0; each flag's line
 // shows its default once.
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"devices", "demo", "ping", "perf"} {
+	for _, cmd := range []string{"devices", "demo", "ping", "perf", "stat"} {
 		for _, h := range []string{"-h", "--help", "-help"} {
 			var code int
 			out := capture(t, func() { code = run([]string{cmd, h}) })
@@ -219,6 +221,8 @@ func TestBadCommandLine(t *testing.T) {
 		{"perf", "send_lat", "127.0.0.1", "-p", "7400", "-x"},
 		{"perf", "write_bw", "-D", "1", "-n", "5"},
 		{"nope"},
+		{"stat", "--bogus", "perf"},
+		{"stat", "perf", "send_lat", "-x"},
 		{},
 	} {
 		var code int
@@ -241,6 +245,29 @@ func TestDemoRuns(t *testing.T) {
 	}
 	if !strings.Contains(out, " 2000 ") {
 		t.Fatalf("-n 2000 not used:\n%s", out)
+	}
+}
+
+// A result names the provider and the device it was measured on, in the
+// table's heading and in every JSON line.
+func TestResultsNameProviderAndDevice(t *testing.T) {
+	// shm0's socket is named after the port: one of this process's own.
+	port := strconv.Itoa(20000 + os.Getpid()%20000)
+	for _, c := range []struct{ dev, prov string }{{"iwarp0", "iwarp"}, {"shm0", "shm"}} {
+		var code int
+		out := capture(t, func() {
+			code = run([]string{"perf", "send_lat", "-d", c.dev, "-n", "50", "-w", "10", "-p", port})
+		})
+		if code != 0 || !strings.Contains(out, "device "+c.dev+" (provider "+c.prov+":") {
+			t.Errorf("perf send_lat -d %s: exit status %d:\n%s", c.dev, code, out)
+		}
+		out = capture(t, func() {
+			code = run([]string{"perf", "write_bw", "-d", c.dev, "-n", "50", "-s", "4096", "--json", "-p", port})
+		})
+		var res struct{ Provider, Device string }
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Provider != c.prov || res.Device != c.dev {
+			t.Errorf("perf write_bw -d %s --json: exit status %d, %v:\n%s", c.dev, code, err, out)
+		}
 	}
 }
 
@@ -278,5 +305,29 @@ func TestStatCountsWhatPerfDid(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no counters of shm0 in:\n%s", out)
+	}
+}
+
+// TestMain lets the test binary be the soak's peer process: soak starts
+// os.Args[0] with "soak --peer".
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "soak" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// A short soak over iWARP and shm with the peer killed twice: every work
+// request completes (none lost), every byte checks, and the run says so.
+func TestSoakSurvivesKills(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", fmt.Sprintf("unix:@goverbs-soak-test-%d", os.Getpid())} {
+		var code int
+		out := capture(t, func() { code = run([]string{"soak", "-a", addr, "-D", "4s", "-q", "3", "--kill-every", "1500ms"}) })
+		if code != 0 {
+			t.Fatalf("%s: exit status %d:\n%s", addr, code, out)
+		}
+		if !strings.Contains(out, "lost 0, corrupted 0") || strings.Contains(out, " 0 peer kills") || strings.Contains(out, " 0 operations") {
+			t.Fatalf("%s: %s", addr, out)
+		}
 	}
 }

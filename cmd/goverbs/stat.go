@@ -42,7 +42,9 @@ func stat(args []string) error {
 		return badUsage("stat", "stat runs another command, not itself")
 	}
 	if code := run(args); code != 0 {
-		return fmt.Errorf("%s exited with status %d", args[0], code)
+		// The command said why; stat exits as it did (2 for a bad
+		// command line).
+		return &exitError{code, fmt.Errorf("%s exited with status %d", args[0], code)}
 	}
 	return printCounters(*asJSON, *all)
 }

@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -145,22 +147,99 @@ var (
 	ErrLocalDisconnect = errors.New("disconnected locally")
 )
 
-// RejectedError is returned by Dial when the peer rejected the request.
+// RejectedError is returned by Dial when the connection was refused: by
+// the peer (rdma_reject), or by the system before any peer could answer
+// (nobody listens at the address; the listener's permissions exclude this
+// process), which librdmacm reports as a rejection too.
 type RejectedError struct {
+	// PrivateData is what the peer sent with its rejection (nil when the
+	// system refused the connection).
 	PrivateData []byte
-	Reason      string
+	// Reason says why, when the transport knows more than "rejected by
+	// the peer" (e.g. "connection refused").
+	Reason string
+	// Err is the cause when the system refused the connection:
+	// syscall.ECONNREFUSED when nobody listens at the address,
+	// syscall.EACCES when the listener does not admit this process. It is
+	// nil when the peer rejected by its own choice.
+	Err error
 }
 
 // Error describes the rejection.
 func (e *RejectedError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("cm: connection rejected: %s", e.Reason)
+	switch {
+	case e.Reason != "":
+		return "cm: connection rejected: " + e.Reason
+	case e.Err != nil:
+		return "cm: connection rejected: " + e.Err.Error()
 	}
 	return "cm: connection rejected by the peer"
 }
 
-// Unwrap lets errors.Is(err, ErrRejected) hold.
-func (e *RejectedError) Unwrap() error { return ErrRejected }
+// Unwrap lets errors.Is(err, ErrRejected) hold, and errors.Is with the
+// cause (syscall.ECONNREFUSED, syscall.EACCES) when there is one.
+func (e *RejectedError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrRejected, e.Err}
+	}
+	return []error{ErrRejected}
+}
+
+// Ended is the error of a connection setup cut short because ctx ended
+// while what was doing: it wraps ctx.Err() (context.DeadlineExceeded or
+// context.Canceled) and, at a deadline, ErrUnreachable too (the peer did
+// not answer in the time it was given, librdmacm's
+// RDMA_CM_EVENT_UNREACHABLE).
+func Ended(ctx context.Context, what string) error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, what, err)
+	}
+	return fmt.Errorf("cm: %s: %w", what, err)
+}
+
+// RefusedConnect returns the rejection a failed connect(2) stands for, or nil:
+// nobody listening (ECONNREFUSED, and ENOENT for a unix socket path) and a
+// listener that does not admit this process (EACCES) are rejections, as
+// librdmacm reports them, whose Err is the errno.
+func RefusedConnect(err error) *RejectedError {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EACCES} {
+		if errors.Is(err, e) {
+			return &RejectedError{Reason: err.Error(), Err: e}
+		}
+	}
+	if errors.Is(err, syscall.ENOENT) {
+		// No socket at the path: nobody listens there.
+		return &RejectedError{Reason: err.Error(), Err: syscall.ECONNREFUSED}
+	}
+	return nil
+}
+
+// SettleDeadline waits, when err is a socket's timeout at ctx's deadline,
+// for ctx to report that deadline: the socket's timer may fire a moment
+// before the context's, and the error must say which ended the wait.
+func SettleDeadline(ctx context.Context, err error) {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
+		<-ctx.Done()
+	}
+}
+
+// DefaultTimeout is how long a transport's Dial waits for the peer's
+// answer when its context has no deadline (a deadline, shorter or longer,
+// replaces it).
+const DefaultTimeout = 10 * time.Second
+
+// TimedOut is the error of a connection setup that got no answer within
+// the transport's own limit (the context had no deadline): it wraps
+// ErrUnreachable and syscall.ETIMEDOUT, the status librdmacm gives
+// RDMA_CM_EVENT_UNREACHABLE.
+func TimedOut(what string, limit time.Duration) error {
+	return fmt.Errorf("%w: %s within %v: %w", ErrUnreachable, what, limit, syscall.ETIMEDOUT)
+}
 
 var registry struct {
 	sync.Mutex

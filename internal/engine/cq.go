@@ -278,16 +278,22 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Wait implements driver.CQ: a bounded spin, then a blocking wait.
+// Wait implements driver.CQ: a spin of the verbs CQ's WaitSpin (driving
+// polled mode, when the CQ's transports have it), then a blocking wait.
+// The spin covers a completion due within microseconds, which then comes
+// without the system calls of a wake-up; an idle CQ still costs no CPU
+// past it.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if ps := cq.pollers.Load(); ps != nil && len(*ps) > 0 && cq.ctx.dev.cfg.WaitSpin > 0 {
-		deadline := time.Now().Add(cq.ctx.dev.cfg.WaitSpin)
+	if spin := cq.v.WaitSpin(); spin > 0 {
+		deadline := time.Now().Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
 			}
-			for _, p := range *ps {
-				p.poll(nil, nil)
+			if ps := cq.pollers.Load(); ps != nil {
+				for _, p := range *ps {
+					p.poll(nil, nil)
+				}
 			}
 			if i%16 == 0 {
 				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {
@@ -343,25 +349,25 @@ func (cq *CQ) Destroy() error {
 	return nil
 }
 
-// CompChannel is the engine's completion channel: a queue of CQ events and an
-// eventfd that is readable while the queue is not empty.
+// CompChannel is the engine's completion channel: a queue of CQ events and,
+// once Fd is asked for, an eventfd that is readable while the queue is not
+// empty. The descriptor is made only then: a channel waited on through
+// GetEvent (rdmacm makes two per connection) costs no descriptor and no
+// system call per event.
 type CompChannel struct {
 	ctx    *Context
 	mu     sync.Mutex
 	q      []*verbs.CQ
 	wake   chan struct{} // capacity 1: a hint that q may be non-empty
-	fd     eventFD
+	fd     eventFD       // none until Fd
+	fdMade bool
 	refs   atomic.Int32 // CQs using the channel
 	closed bool
 	done   chan struct{}
 }
 
 func newCompChannel(ctx *Context) (*CompChannel, error) {
-	fd, err := newEventFD()
-	if err != nil {
-		return nil, err
-	}
-	return &CompChannel{ctx: ctx, wake: make(chan struct{}, 1), fd: fd, done: make(chan struct{})}, nil
+	return &CompChannel{ctx: ctx, wake: make(chan struct{}, 1), fd: noEventFD, done: make(chan struct{})}, nil
 }
 
 func (ch *CompChannel) deliver(cq *verbs.CQ) {
@@ -413,8 +419,24 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 	}
 }
 
-// Fd implements driver.CompChannel.
-func (ch *CompChannel) Fd() int { return ch.fd.fd() }
+// Fd implements driver.CompChannel: the first call makes the eventfd,
+// readable at once if events are queued; -1 when it cannot be made (out
+// of descriptors: the next call tries again).
+func (ch *CompChannel) Fd() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if !ch.fdMade && !ch.closed {
+		fd, err := newEventFD()
+		if err != nil {
+			return -1
+		}
+		ch.fd, ch.fdMade = fd, true
+		for range ch.q {
+			ch.fd.add()
+		}
+	}
+	return ch.fd.fd()
+}
 
 // Close implements driver.CompChannel.
 func (ch *CompChannel) Close() error {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -30,18 +29,10 @@ type Config struct {
 	// INIT or RTR, returns on a device without NewTransport: its QPs are
 	// connected by the connection manager, not by Modify.
 	CMOnly error
-	// WaitSpin is how long CQ.Wait polls (driving polled mode) before it
-	// blocks: a completion due within microseconds is then taken without
-	// the system calls of a wake-up, and an idle CQ still costs no CPU.
-	// Zero means DefaultWaitSpin; negative, no spin.
-	WaitSpin time.Duration
 	// OwnCapture says the transport records its real packets for package
 	// capture (roce): the engine synthesizes none for the device.
 	OwnCapture bool
 }
-
-// DefaultWaitSpin is Config.WaitSpin's default.
-const DefaultWaitSpin = 20 * time.Microsecond
 
 // Device is a software device. Its region table and QP numbers are shared by
 // every context opened on it, as on a real adapter.
@@ -66,9 +57,6 @@ func NewDevice(cfg Config) *Device {
 	d.cfg.Attr.NodeType = cfg.NodeType
 	d.cfg.Attr.TransportType = cfg.Transport
 	d.cfg.Attr.PhysPortCnt = 1
-	if d.cfg.WaitSpin == 0 {
-		d.cfg.WaitSpin = DefaultWaitSpin
-	}
 	d.qpn = (randUint32() % 0xFF0000) + 0x100 // QP numbers start at a random point, as on hardware
 	d.mrs.init()
 	return d

@@ -11,6 +11,9 @@ import (
 // epoll sees a completion channel as ready exactly while events are queued.
 type eventFD struct{ n int }
 
+// noEventFD is no descriptor: its operations do nothing.
+var noEventFD = eventFD{-1}
+
 func newEventFD() (eventFD, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_SEMAPHORE|unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {

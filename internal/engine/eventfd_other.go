@@ -5,6 +5,8 @@ package engine
 // eventFD has no descriptor outside Linux: Fd returns -1.
 type eventFD struct{}
 
+var noEventFD = eventFD{}
+
 func newEventFD() (eventFD, error) { return eventFD{}, nil }
 func (eventFD) add()               {}
 func (eventFD) take()              {}

@@ -80,14 +80,7 @@ func Connect(t *testing.T, tr string, retry uint8) (a, b *End) {
 		}
 		got <- req
 	}()
-	dial := ln.LocalAddr().String()
-	switch tr {
-	case "shm":
-		dial = "unix:" + dial
-	case "roce":
-		dial = "roce://" + dial
-	}
-	c, err := rdmacm.DialFrom(ctx, src, dial, &verbs.QPInitAttr{Cap: Cap}, &rdmacm.ConnParam{RetryCount: retry, RNRRetryCount: 7, ResponderResources: 16, InitiatorDepth: 16})
+	c, err := rdmacm.DialFrom(ctx, src, ln.LocalAddr().String(), &verbs.QPInitAttr{Cap: Cap}, &rdmacm.ConnParam{RetryCount: retry, RNRRetryCount: 7, ResponderResources: 16, InitiatorDepth: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,9 +123,10 @@ func (x *Conn) Disconnect() error {
 // Dial connects qp, an RC QP of device iwarp0 in RESET or INIT, to the
 // iWARP listener at addr (host:port) with an MPA Request carrying p. A
 // rejection returns a *cm.RejectedError with the peer's private data; a
-// refused TCP connection is a rejection too (as rdma_cm reports it); no
-// answer within Config.ConnectTimeout or ctx's deadline is
-// cm.ErrUnreachable.
+// refused TCP connection is a rejection too (as rdma_cm reports it), whose
+// error also wraps syscall.ECONNREFUSED. The wait for the answer ends at
+// ctx's deadline, or after Config.ConnectTimeout when ctx has none; either
+// way the error wraps cm.ErrUnreachable, and ctx.Err() when ctx ended.
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Config) (*Conn, error) {
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
 	if err != nil {
@@ -135,15 +136,34 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	if len(p.PrivateData) > wire.SiwMaxULPPrivate {
 		return nil, fmt.Errorf("%w: %d bytes of private data (at most %d)", verbs.ErrInvalid, len(p.PrivateData), wire.SiwMaxULPPrivate)
 	}
-	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	// The caller's deadline, longer or shorter, replaces ConnectTimeout.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, cfg.ConnectTimeout)
+	}
 	defer cancel()
+	// ended is the error of a step cut short by the end of ctx or of
+	// ConnectTimeout, or nil.
+	ended := func(what string, err error) error {
+		cm.SettleDeadline(dctx, err)
+		switch {
+		case ctx.Err() != nil:
+			return cm.Ended(ctx, what)
+		case dctx.Err() != nil:
+			return cm.TimedOut(what, cfg.ConnectTimeout)
+		}
+		return nil
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, &cm.RejectedError{Reason: "connection refused"}
+		if e := ended("connecting to "+addr, err); e != nil {
+			return nil, e
 		}
-		return nil, fmt.Errorf("%w: %v", cm.ErrUnreachable, err)
+		if rej := cm.RefusedConnect(err); rej != nil {
+			return nil, rej
+		}
+		return nil, fmt.Errorf("%w: %w", cm.ErrUnreachable, err)
 	}
 	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
 	req, err := wire.NewRequest(local)
@@ -165,15 +185,21 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	defer stop()
 	frame, _ := wire.AppendMPA(nil, &req)
 	if _, err := nc.Write(frame); err != nil {
-		return fail(fmt.Errorf("%w: sending the MPA Request: %v", cm.ErrUnreachable, err))
+		if e := ended("sending the MPA Request to "+addr, err); e != nil {
+			return fail(e)
+		}
+		return fail(fmt.Errorf("%w: sending the MPA Request: %w", cm.ErrUnreachable, err))
 	}
 	reply, raw, err := readMPA(nc, true)
 	if err != nil {
+		if e := ended("no MPA Reply from "+addr, err); e != nil {
+			return fail(e)
+		}
 		if isTimeout(err) {
-			return fail(fmt.Errorf("%w: no MPA Reply: %v", cm.ErrUnreachable, err))
+			return fail(fmt.Errorf("%w: no MPA Reply: %w", cm.ErrUnreachable, err))
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-			return fail(&cm.RejectedError{Reason: "connection closed before the MPA Reply"})
+			return fail(&cm.RejectedError{Reason: "connection closed before the MPA Reply", Err: err})
 		}
 		if te := wire.MPATerm(err); te != nil {
 			sendTerm(nc, *te)

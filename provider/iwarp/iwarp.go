@@ -131,9 +131,9 @@ type Config struct {
 	// MaxFPDU caps the size of transmitted FPDUs in bytes; 0 means the TCP MSS
 	// of the connection (siw's choice).
 	MaxFPDU int
-	// ConnectTimeout bounds the wait for the MPA Reply when the Dial
-	// context has no earlier deadline, and a responder's sending of its
-	// Reply (default 10 s, as siw).
+	// ConnectTimeout bounds a Dial whose context has no deadline (a
+	// deadline, shorter or longer, replaces it), and a responder's sending
+	// of its Reply (default 10 s, as siw).
 	ConnectTimeout time.Duration
 	// AcceptTimeout bounds the wait for an MPA Request after TCP accept
 	// (default 5 s, as siw).
@@ -199,21 +199,24 @@ var dev = engine.NewDevice(engine.Config{
 	// A link-local GID from the GUID, as an RNIC derives one from its MAC.
 	GID: verbs.GID{0xfe, 0x80, 6: 0, 8: 0x02, 9: 0x00, 10: 0x5e, 11: 0xff, 12: 0xfe, 13: 0x77, 14: 0x00, 15: 0x01},
 	Attr: verbs.DeviceAttr{
-		FWVer:           "goverbs-iwarp 1",
-		MaxMRSize:       1 << 40,
-		PageSizeCap:     4096,
-		VendorID:        0x626d74, // siw's vendor id ("bmt")
-		MaxQP:           1 << 14,
+		FWVer:       "goverbs-iwarp 1",
+		MaxMRSize:   1 << 40,
+		PageSizeCap: 4096,
+		VendorID:    0x626d74, // siw's vendor id ("bmt")
+		// A QP is a TCP connection and two CQs, and the process's
+		// descriptors are the real limit (one per QP): these allow
+		// 65,536 connections.
+		MaxQP:           1 << 16,
 		MaxQPWR:         1 << 14,
 		MaxSGE:          6,
 		MaxSGERd:        6,
-		MaxCQ:           1 << 14,
+		MaxCQ:           1 << 17,
 		MaxCQE:          1 << 20,
 		MaxMR:           1 << 20,
 		MaxPD:           1 << 14,
 		MaxQPRdAtom:     maxIRDORD,
 		MaxQPInitRdAtom: maxIRDORD,
-		MaxResRdAtom:    maxIRDORD << 14,
+		MaxResRdAtom:    maxIRDORD << 16,
 		AtomicCap:       verbs.AtomicHCA, // only towards goverbs peers (RFC 7306)
 		MaxSRQ:          1 << 14,
 		MaxSRQWR:        1 << 14,

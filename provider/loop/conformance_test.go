@@ -47,3 +47,26 @@ func (fixture) AHTo(t testing.TB, ctx *verbs.Context) verbs.AHAttr {
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, fixture{}) }
+
+// atSendFixture runs the suite on a loop device with CompleteAtSend, as
+// the suite runs on iWARP: remote errors asynchronous, and no RNR.
+type atSendFixture struct{ fixture }
+
+func (atSendFixture) Caps() conformance.Caps {
+	return conformance.Caps{UD: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true, AsyncErrors: true}
+}
+
+func (atSendFixture) Open(t testing.TB) (a, b *verbs.Context) {
+	t.Helper()
+	var err error
+	if a, err = verbs.OpenDevice(atSendDev); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = verbs.OpenDevice(atSendDev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestConformanceCompleteAtSend(t *testing.T) { conformance.Run(t, atSendFixture{}) }

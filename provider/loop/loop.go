@@ -20,6 +20,25 @@
 // responder helpers: a persistent flush of a region on a file mapping
 // writes the range back (msync) before the request completes.
 //
+// # Completing at send, as iWARP does
+//
+// A device added with Config.CompleteAtSend completes its RC requests as
+// iWARP (siw, and goverbs' iwarp provider) does instead: a SEND or RDMA
+// WRITE (with immediate or invalidate too) completes successfully once it
+// is sent, and an error the target finds (a bad rkey, a message longer
+// than the receive buffer, a SEND that finds no receive posted: iWARP has
+// no RNR) arrives afterwards, as the peer's Terminate would: the QP moves
+// to ERR with EventQPFatal, and the requests behind the failed one
+// complete with WR_FLUSH_ERR. Requests that wait for a response (RDMA
+// READ, atomics, FLUSH, ATOMIC_WRITE) still report the target's error in
+// their completion, as an iWARP Read does when the Terminate names it.
+// Code whose tests pass on such a device does not rely on the error
+// being in the failing request's own completion (see package verbs,
+// "Completion semantics"); the conformance suite runs on it as it runs on
+// iWARP. What it does not model is the connection: a local error, or a
+// QP moved to ERR, leaves the peer's QP as it is, where iWARP's Terminate
+// would take it to ERR too.
+//
 // UD works too: a UD receive buffer gets the 40-byte GRH (an IPv6 header
 // with the source and destination GIDs) followed by the payload, and WC
 // flags have WCFlagGRH. UD sends with no posted receive, or with a Q_Key
@@ -65,10 +84,23 @@ func init() {
 	driver.Register("loop", provider{})
 }
 
+// Config configures a loop device (AddDeviceConfig).
+type Config struct {
+	// CompleteAtSend makes the device's RC QPs complete SENDs and RDMA
+	// WRITEs as iWARP does: successfully once sent, an error the target
+	// finds arriving afterwards as a move to ERR with EventQPFatal and a
+	// flush of what follows (see the package doc). False keeps
+	// InfiniBand's rule: the error is in the failing request's completion.
+	CompleteAtSend bool
+}
+
 // AddDevice adds another loop device (to model two hosts, say) and returns
 // its name. Devices reach each other's QPs through address vectors: the LID
 // or the GID of the target device's port.
-func AddDevice(name string) string {
+func AddDevice(name string) string { return AddDeviceConfig(name, Config{}) }
+
+// AddDeviceConfig is AddDevice for a device configured by cfg.
+func AddDeviceConfig(name string, cfg Config) string {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	idx := len(fab.devs) + 1
@@ -116,7 +148,7 @@ func AddDevice(name string) string {
 			LinkLayer:  verbs.LinkLayerInfiniBand,
 			PhysState:  5, // LinkUp
 		},
-		NewTransport: func(e engine.Endpoint) engine.Transport { return &wire{e: e} },
+		NewTransport: func(e engine.Endpoint) engine.Transport { return &wire{e: e, atSend: cfg.CompleteAtSend} },
 	})
 	fab.devs = append(fab.devs, d)
 	return name
@@ -147,6 +179,7 @@ type wire struct {
 	cached  bool
 	src     [][]byte // scratch, used only by the transmitting goroutine
 	dst     [][]byte
+	atSend  bool // Config.CompleteAtSend
 }
 
 func (w *wire) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
@@ -205,6 +238,34 @@ func (w *wire) Send(wqe *engine.WQE) engine.Result {
 	if w.e.Type() == verbs.QPTUD {
 		return w.sendUD(wqe)
 	}
+	res := w.sendRC(wqe)
+	if w.atSend && res.Outcome == engine.Done && remoteError(res.Status) && completesAtSend(wqe.WR.Opcode) {
+		// The request was sent, so it completes; the target's error comes
+		// back as a Terminate would, failing the QP (which flushes what
+		// follows, this request excepted: it is being transmitted).
+		w.e.Fatal(verbs.EventQPFatal)
+		return engine.ResultOK
+	}
+	return res
+}
+
+// remoteError reports whether s is an error the target found.
+func remoteError(s verbs.WCStatus) bool {
+	return s == verbs.WCRemAccessErr || s == verbs.WCRemInvReqErr || s == verbs.WCRemOpErr
+}
+
+// completesAtSend reports whether op completes once sent over iWARP: the
+// requests that get no response.
+func completesAtSend(op verbs.WROpcode) bool {
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return true
+	}
+	return false
+}
+
+// sendRC carries out an RC request at the peer.
+func (w *wire) sendRC(wqe *engine.WQE) engine.Result {
 	pe, ok := w.peerQP(true)
 	if !ok {
 		return engine.Fail(verbs.WCRetryExcErr)
@@ -368,6 +429,12 @@ func (w *wire) writeImm(q engine.Requester, pe engine.Endpoint, wqe *engine.WQE,
 // for the peer to post one; otherwise it retries after the peer's
 // min_rnr_timer until rnr_retry is used up.
 func (w *wire) rnr(q engine.Requester, p engine.Responder, wqe *engine.WQE) engine.Result {
+	if w.atSend {
+		// iWARP has no RNR: a message with no receive to take it is fatal
+		// to the target's QP, and comes back to us as its Terminate.
+		p.Fail()
+		return engine.Fail(verbs.WCRemOpErr)
+	}
 	retry := q.RNRRetry()
 	if retry == 7 {
 		return engine.ResultStall

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
@@ -25,7 +26,8 @@ import (
 // them over RoCE: the service ID is rdma_cm's for the port (RDMA_PS_TCP),
 // and the REQ's private data starts with rdma_cm's 36-byte header (the IP
 // addresses and the source port). A message that is not answered is sent
-// again every cmRetryGap, up to cmRetries times.
+// again every cmRetryGap, up to cmRetries times (a REQ: until the Dial's
+// deadline).
 
 // Tuning of the CM.
 const (
@@ -371,8 +373,10 @@ func (c *cmConn) watch() {
 // Dial connects qp (an RC QP of a RoCE device, in RESET or INIT) to the
 // rdma_cm listener at addr (host:port). A rejection returns a
 // *cm.RejectedError with the peer's private data (a port nobody listens on
-// is one too, as rdma_cm reports it); no answer after cmRetries REQs (or
-// ctx's end) an error wrapping cm.ErrUnreachable.
+// is one too, as rdma_cm reports it, wrapping syscall.ECONNREFUSED). A REQ
+// is sent every cmRetryGap until ctx's deadline, or for cm.DefaultTimeout
+// when ctx has none; no answer by then is an error wrapping
+// cm.ErrUnreachable (and ctx.Err() when ctx ended).
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, error) {
 	ap, err := resolve(addr)
 	if err != nil {
@@ -416,28 +420,37 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 		c.end(err)
 		return nil, err
 	}
-	for try := 0; ; try++ {
-		if try == cmRetries {
-			return failDial(fmt.Errorf("%w: %v: no answer to %d connection requests", cm.ErrUnreachable, ap, cmRetries))
-		}
+	// A REQ goes out every cmRetryGap until the caller's deadline, longer
+	// or shorter, or for cm.DefaultTimeout when ctx has none.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, cm.DefaultTimeout)
+	}
+	defer cancel()
+	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
-		reply, ok, err := c.waitReply(ctx, cmRetryGap)
+		reply, ok, err := c.waitReply(dctx, cmRetryGap)
 		if err != nil {
-			return failDial(err)
+			what := fmt.Sprintf("no answer from %v to %d connection requests", ap, try)
+			if ctx.Err() != nil {
+				return failDial(cm.Ended(ctx, what))
+			}
+			return failDial(cm.TimedOut(what, cm.DefaultTimeout))
 		}
 		if !ok {
 			continue
 		}
 		switch ib.MAD(reply[:]).AttrID() {
 		case ib.AttrMRA:
-			_, to := ib.MRATimeout(reply[:])
-			try = 0 // the peer asked for time
-			_ = to
-			continue
+			continue // the peer asked for time: wait on
 		case ib.AttrREJ:
 			_, reason := ib.REJReason(reply[:])
 			pd := append([]byte(nil), ib.Private(reply[:], ib.AttrREJ)...)
-			return failDial(&cm.RejectedError{PrivateData: pd, Reason: rejReason(reason)})
+			rej := &cm.RejectedError{PrivateData: pd, Reason: rejReason(reason)}
+			if reason == ib.RejInvalidSID {
+				rej.Err = syscall.ECONNREFUSED // nobody listens on the port
+			}
+			return failDial(rej)
 		case ib.AttrREP:
 			var rep ib.REP
 			rep.Unmarshal(reply[:])
@@ -478,7 +491,7 @@ func (c *cmConn) waitReply(ctx context.Context, d time.Duration) (m [ib.MADLen]b
 		case <-t.C:
 			return m, false, nil
 		case <-ctx.Done():
-			return m, false, fmt.Errorf("%w: %w", cm.ErrUnreachable, ctx.Err())
+			return m, false, ctx.Err()
 		}
 	}
 }

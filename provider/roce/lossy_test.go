@@ -16,9 +16,8 @@ import (
 )
 
 // pairAt connects two RC QPs on the two test devices whose PSNs start at
-// psn, with an ACK timeout of about 4 ms (timeout 10) and the given retry
-// count.
-func pairAt(t *testing.T, psn uint32, bufSize int, retry uint8) (x, y *conformance.Side) {
+// psn, with the given ACK timeout (4.096 µs × 2^timeout) and retry count.
+func pairAt(t *testing.T, psn uint32, bufSize int, timeout, retry uint8) (x, y *conformance.Side) {
 	t.Helper()
 	o := conformance.PairOpts{BufSize: bufSize, CQE: 1024, NoConnect: true,
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}}
@@ -48,7 +47,7 @@ func pairAt(t *testing.T, psn uint32, bufSize int, retry uint8) (x, y *conforman
 		}
 	}
 	for _, q := range []*verbs.QP{x.QP, y.QP} {
-		a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: psn, Timeout: 10, RetryCnt: retry, RnrRetry: 7, MaxRdAtomic: 16}
+		a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RnrRetry: 7, MaxRdAtomic: 16}
 		if err := q.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 			t.Fatal(err)
 		}
@@ -186,6 +185,12 @@ func faultsAt(seed uint64, drop, dup, hold int) func() {
 	})
 }
 
+// lossyTimeout is the ACK timeout of the lossy tests: 67 ms, so that eight
+// timeouts in a row without progress (RETRY_EXC_ERR) take half a second, a
+// stall that a loaded machine running -race does not reach (at 4 ms it
+// did); most losses are recovered by sequence NAKs, without waiting.
+const lossyTimeout = 14
+
 // A lossy wire (1 to 10% of datagrams dropped, some duplicated and
 // reordered, both ways): every message arrives exactly once, whole and in
 // order, every completion comes (go-back-N, duplicate detection, READs
@@ -194,7 +199,7 @@ func TestLossyLink(t *testing.T) {
 	leakcheck.Check(t)
 	for _, c := range []struct{ drop, dup, hold int }{{10, 10, 10}, {50, 20, 50}, {100, 30, 100}} {
 		t.Run(fmt.Sprintf("drop=%d‰,dup=%d‰,reorder=%d‰", c.drop, c.dup, c.hold), func(t *testing.T) {
-			x, y := pairAt(t, 0, 80*slot, 7)
+			x, y := pairAt(t, 0, 80*slot, lossyTimeout, 7)
 			defer faultsAt(uint64(c.drop), c.drop, c.dup, c.hold)()
 			traffic(t, x, y, 150)
 		})
@@ -205,11 +210,11 @@ func TestLossyLink(t *testing.T) {
 // multi-packet messages across it.
 func TestPSNWrap(t *testing.T) {
 	leakcheck.Check(t)
-	x, y := pairAt(t, 0xFFFFFF-20, 80*slot, 7)
+	x, y := pairAt(t, 0xFFFFFF-20, 80*slot, lossyTimeout, 7)
 	traffic(t, x, y, 30)
 	// And across the wrap with losses.
 	defer faultsAt(7, 50, 10, 50)()
-	x, y = pairAt(t, 0xFFFFF0, 80*slot, 7)
+	x, y = pairAt(t, 0xFFFFF0, 80*slot, lossyTimeout, 7)
 	traffic(t, x, y, 40)
 }
 
@@ -219,7 +224,7 @@ func TestPSNWrap(t *testing.T) {
 // the bound the attributes give.
 func TestPeerStopsAnswering(t *testing.T) {
 	leakcheck.Check(t)
-	x, _ := pairAt(t, 0, 4*slot, 3)
+	x, _ := pairAt(t, 0, 4*slot, 10, 3) // 4 ms
 	defer roce.SetWireFaults(func([]byte) roce.FaultKind { return roce.FaultDrop })()
 	start := time.Now()
 	if err := x.QP.PostSend([]verbs.SendWR{

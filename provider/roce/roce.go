@@ -15,7 +15,11 @@
 // host can serve an address (another gets an error saying so); processes
 // that share a host use different addresses (127.0.0.1, 127.0.0.2, ...
 // are all local). Every QP of the device shares the socket, which is
-// demultiplexed by destination QP number.
+// demultiplexed by destination QP number. A QP's packets leave from a UDP
+// source port of its own (one of eight sockets on ephemeral ports, chosen
+// by its QPN for its life, as rxe derives a port from the QPN), so that
+// ECMP spreads a host's flows and keeps each in order; CM datagrams and
+// coalesced ACKs leave from 4791.
 //
 // Packets go out with DF set and a predictable IPv4 identification (an
 // unconnected socket with IP_PMTUDISC_DO sends 0), which their ICRC

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
@@ -21,8 +22,8 @@ import (
 // ID resolution: a SIDR REQ (rdma_cm's service ID for the port, its
 // 36-byte header first in the private data) answered by a SIDR REP
 // (status, QP number, Q_Key, private data). Requests are sent again every
-// cmRetryGap, up to cmRetries times; a listener answers a repeated request
-// with the reply it gave.
+// cmRetryGap until the context's deadline (cm.DefaultTimeout without one);
+// a listener answers a repeated request with the reply it gave.
 
 // MaxUDPrivateData is the private data a UD resolution carries (the SIDR
 // REQ's 216 bytes less rdma_cm's header).
@@ -115,9 +116,16 @@ func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byt
 	copy(pd[ib.CMAHdrLen:], privateData)
 	var m [ib.MADLen]byte
 	req.Marshal(m[:], binary.BigEndian.Uint64(b[4:]), pd[:])
+	// A request goes out every cmRetryGap until the caller's deadline,
+	// longer or shorter, or for cm.DefaultTimeout when ctx has none.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, cm.DefaultTimeout)
+	}
+	defer cancel()
 	t := time.NewTimer(cmRetryGap)
 	defer t.Stop()
-	for try := 0; try < cmRetries; try++ {
+	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
 		select {
 		case r := <-w.reply:
@@ -129,19 +137,22 @@ func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byt
 				return cm.UDPeer{QPN: rep.QPN, QKey: rep.QKey, PrivateData: pd, Remote: net.UDPAddrFromAddrPort(ap),
 					AH: verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: verbs.GID(ib.GIDOf(ap.Addr())), HopLimit: 64}}}, nil
 			case sidrNoService:
-				return cm.UDPeer{}, &cm.RejectedError{Reason: "connection refused: no UD service at that port"}
+				return cm.UDPeer{}, &cm.RejectedError{Reason: "connection refused: no UD service at that port", Err: syscall.ECONNREFUSED}
 			case sidrRejected:
 				return cm.UDPeer{}, &cm.RejectedError{PrivateData: pd}
 			default:
 				return cm.UDPeer{}, &cm.RejectedError{PrivateData: pd, Reason: fmt.Sprintf("SIDR status %d", rep.Status)}
 			}
-		case <-ctx.Done():
-			return cm.UDPeer{}, fmt.Errorf("%w: %w", cm.ErrUnreachable, ctx.Err())
+		case <-dctx.Done():
+			what := fmt.Sprintf("no answer from %v to %d UD resolution requests", ap, try)
+			if ctx.Err() != nil {
+				return cm.UDPeer{}, cm.Ended(ctx, what)
+			}
+			return cm.UDPeer{}, cm.TimedOut(what, cm.DefaultTimeout)
 		case <-t.C:
 			t.Reset(cmRetryGap)
 		}
 	}
-	return cm.UDPeer{}, fmt.Errorf("%w: %v: no answer to %d UD resolution requests", cm.ErrUnreachable, ap, cmRetries)
 }
 
 // ListenUD answers SIDR requests for port on the device of the local

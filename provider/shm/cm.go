@@ -176,6 +176,7 @@ type Listener struct {
 	cfg  Config
 	path string      // the socket file, for a path address
 	ino  os.FileInfo // the socket file as created, to remove only ours
+	addr net.Addr    // the address dialers use
 }
 
 // Listen listens at addr: a socket path, or "@name" for a name in the
@@ -197,6 +198,11 @@ func Listen(addr string, cfg *Config) (*Listener, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen %s: %w", addr, err)
+	}
+	// Set before the acceptor starts: its handshakes read it.
+	l.addr = ln.Addr()
+	if l.path != "" {
+		l.addr = &net.UnixAddr{Name: l.path, Net: "unixpacket"}
 	}
 	l.acc = cm.NewAcceptor(ln, l.handshake, func(r *Request) { r.Reject(nil) })
 	return l, nil
@@ -249,12 +255,7 @@ func listenPath(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, 
 }
 
 // Addr returns the listening address.
-func (l *Listener) Addr() net.Addr {
-	if l.path != "" {
-		return &net.UnixAddr{Name: l.path, Net: "unixpacket"}
-	}
-	return l.acc.Addr()
-}
+func (l *Listener) Addr() net.Addr { return l.addr }
 
 // Close stops listening; requests not yet accepted are rejected. A socket
 // file is removed if it is still the one Listen created.
@@ -317,7 +318,7 @@ func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 		return nil, false
 	}
 	uc.SetReadDeadline(time.Time{})
-	return &Request{uc: uc, hello: s, fd: fds[0], cred: cred, cfg: &l.cfg}, true
+	return &Request{uc: uc, hello: s, fd: fds[0], cred: cred, cfg: &l.cfg, local: l.Addr()}, true
 }
 
 // Accept waits for the next valid connection request.
@@ -331,6 +332,7 @@ type Request struct {
 	cred     PeerCred
 	cfg      *Config
 	answered bool
+	local    net.Addr // the listener's address
 }
 
 // PrivateData returns the requester's private data.
@@ -346,7 +348,7 @@ func (r *Request) ORD() int { return int(r.hello.ord) }
 func (r *Request) PeerCred() PeerCred { return r.cred }
 
 // LocalAddr returns the listening socket's address.
-func (r *Request) LocalAddr() net.Addr { return r.uc.LocalAddr() }
+func (r *Request) LocalAddr() net.Addr { return r.local }
 
 // RemoteAddr returns the requester's socket address (often unnamed).
 func (r *Request) RemoteAddr() net.Addr { return r.uc.RemoteAddr() }
@@ -391,7 +393,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if err := c.start(); err != nil {
 		return nil, err
 	}
-	return &Conn{c: c}, nil
+	return &Conn{c: c, local: r.local}, nil
 }
 
 // Reject refuses the request, sending private data to the requester.
@@ -413,7 +415,12 @@ func (r *Request) Reject(privateData []byte) error {
 
 // Dial connects qp (RESET or INIT) to the listener at addr (a path, or
 // "@name"); the QP is in RTS on success. A rejection returns a
-// *cm.RejectedError with the peer's private data.
+// *cm.RejectedError with the peer's private data; nobody listening at addr
+// is a rejection too, whose error wraps syscall.ECONNREFUSED, and a
+// listener that does not admit this process one that wraps syscall.EACCES.
+// The wait for the answer ends at ctx's deadline, or after
+// Config.DialTimeout when ctx has none; either way the error wraps
+// cm.ErrUnreachable, and ctx.Err() when ctx ended.
 func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Config) (*Conn, error) {
 	cfg := config.resolve()
 	ep, err := engine.Claim(qp, dev, verbs.QPTRC)
@@ -423,14 +430,36 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	if len(p.PrivateData) > MaxPrivateData {
 		return nil, fmt.Errorf("%w: %d bytes of private data, at most %d", verbs.ErrInvalid, len(p.PrivateData), MaxPrivateData)
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unixpacket", addr)
-	if err != nil {
-		// Nobody listening is a rejection, as a TCP reset is for iWARP.
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-			return nil, &cm.RejectedError{Reason: err.Error()}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty address (a path or @name)", verbs.ErrInvalid)
+	}
+	// The caller's deadline, longer or shorter, replaces DialTimeout.
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, cfg.DialTimeout)
+	}
+	defer cancel()
+	ended := func(what string, err error) error {
+		cm.SettleDeadline(dctx, err)
+		switch {
+		case ctx.Err() != nil:
+			return cm.Ended(ctx, what)
+		case dctx.Err() != nil:
+			return cm.TimedOut(what, cfg.DialTimeout)
 		}
-		return nil, fmt.Errorf("%w: %s: %v", cm.ErrUnreachable, addr, err)
+		return nil
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "unixpacket", addr)
+	if err != nil {
+		if e := ended("connecting to "+addr, err); e != nil {
+			return nil, e
+		}
+		// Nobody listening is a rejection, as a TCP reset is for iWARP.
+		if rej := cm.RefusedConnect(err); rej != nil {
+			return nil, rej
+		}
+		return nil, fmt.Errorf("%w: %s: %w", cm.ErrUnreachable, addr, err)
 	}
 	uc := nc.(*net.UnixConn)
 	mine, fd, err := newSegment(defaultLayout)
@@ -447,22 +476,20 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	_, _, err = uc.WriteMsgUnix(hello.marshal(), unix.UnixRights(fd), nil)
 	unix.Close(fd)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %s: %v", cm.ErrUnreachable, addr, err))
+		return fail(fmt.Errorf("%w: %s: %w", cm.ErrUnreachable, addr, err))
 	}
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(cfg.DialTimeout)
+	if dl, ok := dctx.Deadline(); ok {
+		uc.SetReadDeadline(dl)
 	}
-	uc.SetReadDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { uc.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(dctx, func() { uc.SetReadDeadline(time.Unix(1, 0)) })
 	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
 	msg, fds, err := readMsg(uc, buf, oob)
 	stop()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fail(ctx.Err())
+		if e := ended("no answer from "+addr, err); e != nil {
+			return fail(e)
 		}
-		return fail(fmt.Errorf("%w: %s: no answer: %v", cm.ErrUnreachable, addr, err))
+		return fail(fmt.Errorf("%w: %s: no answer: %w", cm.ErrUnreachable, addr, err))
 	}
 	var rep setup
 	if err := rep.unmarshal(msg); err != nil {
@@ -473,7 +500,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	case rep.typ == msgReject:
 		closeFds(fds)
 		if rep.why == whyCredentials {
-			return fail(&cm.RejectedError{Reason: "the listener does not allow this process (its user id)"})
+			return fail(&cm.RejectedError{Reason: "the listener does not allow this process (its user id)", Err: syscall.EACCES})
 		}
 		return fail(&cm.RejectedError{PrivateData: rep.pdata})
 	case rep.typ != msgAccept || len(fds) != 1 || rep.l != defaultLayout:
@@ -491,11 +518,17 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	if err := c.start(); err != nil {
 		return nil, err
 	}
-	return &Conn{c: c}, nil
+	return &Conn{c: c, remote: &net.UnixAddr{Name: addr, Net: "unixpacket"}}, nil
 }
 
 // Conn is an established shared-memory connection of one QP.
-type Conn struct{ c *conn }
+type Conn struct {
+	c *conn
+	// The listener's address, at either end: the socket's own name is
+	// the one it was bound to, which for a path is a temporary one (see
+	// Listen).
+	local, remote net.Addr
+}
 
 // PrivateData returns the private data of the peer's request or reply.
 func (x *Conn) PrivateData() []byte { return x.c.pdata }
@@ -507,10 +540,20 @@ func (x *Conn) IRD() int { return x.c.ird }
 func (x *Conn) ORD() int { return x.c.ord }
 
 // LocalAddr returns the local socket address.
-func (x *Conn) LocalAddr() net.Addr { return x.c.uc.LocalAddr() }
+func (x *Conn) LocalAddr() net.Addr {
+	if x.local != nil {
+		return x.local
+	}
+	return x.c.uc.LocalAddr()
+}
 
 // RemoteAddr returns the peer's socket address.
-func (x *Conn) RemoteAddr() net.Addr { return x.c.uc.RemoteAddr() }
+func (x *Conn) RemoteAddr() net.Addr {
+	if x.remote != nil {
+		return x.remote
+	}
+	return x.c.uc.RemoteAddr()
+}
 
 // Done is closed when the connection has ended and its resources are released.
 func (x *Conn) Done() <-chan struct{} { return x.c.done }

@@ -74,3 +74,21 @@ func Example() {
 	// client: read success "share"
 	// server: my memory holds "hello, shared memory"
 }
+
+// The two kinds of address of the package doc's opening lines: a listener
+// at an abstract socket name, and a client of a listener at a path. (It
+// has no output, so go test compiles it without running it: nobody
+// listens at /run/my.sock.)
+func Example_addresses() {
+	ctx := context.Background()
+	ln, err := rdmacm.Listen("unix:@my-service") // an abstract socket name
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	id, err := rdmacm.Dial(ctx, "unix:/run/my.sock", nil, nil) // or a path
+	if err != nil {
+		panic(err)
+	}
+	defer id.Close()
+}

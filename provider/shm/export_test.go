@@ -75,7 +75,7 @@ func (x *Conn) Published() bool {
 // lock. It returns a function that removes the hook.
 func OnceAfterConsume(f func(*Conn)) (restore func()) {
 	var once sync.Once
-	h := func(c *conn) { once.Do(func() { f(&Conn{c}) }) }
+	h := func(c *conn) { once.Do(func() { f(&Conn{c: c}) }) }
 	testHookConsumed.Store(&h)
 	return func() { testHookConsumed.Store(nil) }
 }

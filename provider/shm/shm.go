@@ -3,8 +3,12 @@
 // that the initiator carries out alone. Importing it registers the device
 // "shm0" and the connection scheme "unix" of package rdmacm:
 //
-//	ln, _ := rdmacm.Listen("unix:@my-service", nil)   // abstract socket name
-//	id, _ := rdmacm.Dial(ctx, "unix:/run/my.sock", nil) // or a path
+//	ln, err := rdmacm.Listen("unix:@my-service") // an abstract socket name
+//	...
+//	id, err := rdmacm.Dial(ctx, "unix:/run/my.sock", nil, nil) // or a path
+//
+// (Example_addresses holds these lines, and Example a whole server and
+// client.)
 //
 // # Connections
 //

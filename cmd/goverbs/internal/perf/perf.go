@@ -485,13 +485,7 @@ func loopback(ctx context.Context, addr string, c Config,
 	sc.Progress = nil
 	served := make(chan error, 1)
 	go func() { served <- serve(ctx, ln, sc) }()
-	dial := ln.LocalAddr().String()
-	if strings.HasPrefix(addr, "unix:") {
-		dial = "unix:" + dial
-	} else if i := strings.Index(addr, "://"); i > 0 {
-		dial = addr[:i+3] + dial
-	}
-	r, err := run(ctx, dial, c)
+	r, err := run(ctx, ln.LocalAddr().String(), c)
 	if serr := <-served; err == nil {
 		err = serr
 	}
