@@ -16,7 +16,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-var transports = []string{"loop", "unix", "127.0.0.1:0"}
+var transports = []string{"loop", "unix", "127.0.0.1:0", "roce://127.0.0.1:0"}
 
 func pair(t *testing.T, tr string) (*Conn, *Conn) {
 	t.Helper()
@@ -126,7 +126,7 @@ func TestCloseWrite(t *testing.T) {
 // A peer whose transport goes away without rsocket's disconnect (a
 // process that dies) gives ECONNRESET, after the data it sent.
 func TestPeerDies(t *testing.T) {
-	for _, tr := range []string{"unix", "127.0.0.1:0"} {
+	for _, tr := range []string{"unix", "127.0.0.1:0", "roce://127.0.0.1:0"} {
 		t.Run(tr, func(t *testing.T) {
 			leakcheck.Check(t)
 			a, b := pair(t, tr)
