@@ -3,13 +3,15 @@
 // package rdmacm ("host:port" over iWARP, "unix:@name" or "unix:/path" over
 // shared memory, "roce://host:port" over RoCEv2), and in one process over
 // the loop provider (Pipe). Dial has the signature of a context dialer and
-// Listener is a net.Listener, so that gRPC, HTTP and the rest of the net.Conn
-// world run over it unchanged:
+// Listener is a net.Listener, so that HTTP, gRPC (grpc.WithContextDialer
+// and Server.Serve, see examples/grpc) and the rest of the net.Conn world
+// run over it unchanged:
 //
 //	ln, _ := rsocket.Listen("unix:@my-service")
-//	go grpcServer.Serve(ln)
-//	cc, _ := grpc.NewClient("passthrough:///unix:@my-service",
-//		grpc.WithContextDialer(rsocket.Dial), ...)
+//	go http.Serve(ln, handler)
+//	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+//		return rsocket.Dial(ctx, "unix:@my-service")
+//	}}
 //
 // # Protocol
 //

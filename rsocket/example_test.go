@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/goverbs/goverbs/rsocket"
@@ -67,4 +69,27 @@ func ExampleConn_SetReadDeadline() {
 	_, err = a.Read(make([]byte, 1))
 	fmt.Println(err.(interface{ Timeout() bool }).Timeout())
 	// Output: true
+}
+
+// HTTP over shared memory: net/http serves the listener and dials through
+// rsocket.Dial, unchanged.
+func Example_http() {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello, %s", r.URL.Path[1:])
+	})
+	ln, _ := rsocket.Listen("unix:@my-service")
+	go http.Serve(ln, handler)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return rsocket.Dial(ctx, "unix:@my-service")
+	}}
+	defer ln.Close()
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("http://my-service/rdma")
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	// Output: hello, rdma
 }
