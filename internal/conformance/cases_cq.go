@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -615,5 +616,82 @@ func testSharedCQForSendAndRecv(t *testing.T, f Fixture) {
 	ExpectEmpty(t, cq)
 	if !bytes.Equal(r.Buf[2048:2048+64], r.Buf[:64]) || !bytes.Equal(r.Buf[1024:1024+64], r.Buf[64:128]) {
 		t.Fatal("received data differs")
+	}
+}
+
+func init() {
+	register(Case{Name: "NoLostWakeup", Run: testNoLostWakeup})
+}
+
+// The C sequence of a blocking wait (arm, poll, then wait for the event)
+// never sleeps through a completion, however the completion races with
+// the arming: a ping-pong whose two sides wait so, with no spinning, runs
+// to the end. A lost wakeup leaves a side waiting for an event that does
+// not come.
+func testNoLostWakeup(t *testing.T, f Fixture) {
+	ca, cb := f.Open(t)
+	ra, rb := newCQRig(t, ca, 64<<10), newCQRig(t, cb, 64<<10)
+	cha, chb := ra.channel(), rb.channel()
+	qa := ra.qp(ra.cq(64, nil), ra.cq(64, cha), verbs.QPCap{}, false)
+	qb := rb.qp(rb.cq(64, nil), rb.cq(64, chb), verbs.QPCap{}, false)
+	cqConnect(t, f, qa, qb)
+	sa, sb := ra.side(qa), rb.side(qb)
+	const rounds = 3000
+	// wait takes the next receive completion the blocking way.
+	wait := func(s *Side, ch *verbs.CompChannel) error {
+		var wc [1]verbs.WC
+		for {
+			if n, err := s.RecvCQ.Poll(wc[:]); err != nil || n == 1 {
+				if err == nil && wc[0].Status != verbs.WCSuccess {
+					return fmt.Errorf("%s", Describe(wc[0]))
+				}
+				return err
+			}
+			if err := s.RecvCQ.ReqNotify(false); err != nil {
+				return err
+			}
+			if n, err := s.RecvCQ.Poll(wc[:]); err != nil || n == 1 {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+			cq, err := ch.GetEvent(ctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("no event for a completion (lost wakeup): %w", err)
+			}
+			ch.AckEvents(cq, 1)
+		}
+	}
+	errc := make(chan error, 1)
+	// Each side posts its next receive before it sends: iWARP has no RNR.
+	sb.MustPostRecv(t, sb.Recv(0, 0, 64))
+	go func() {
+		for i := range rounds {
+			if err := wait(sb, chb); err != nil {
+				errc <- fmt.Errorf("round %d, b: %w", i, err)
+				return
+			}
+			if err := sb.QP.PostRecv([]verbs.RecvWR{sb.Recv(uint64(i+1), 0, 64)}); err != nil {
+				errc <- err
+				return
+			}
+			if err := sb.QP.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{sb.MR.SGE(0, 8)}}}); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := range rounds {
+		sa.MustPostRecv(t, sa.Recv(uint64(i), 0, 64))
+		if err := sa.QP.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{sa.MR.SGE(0, 8)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(sa, cha); err != nil {
+			t.Fatalf("round %d, a: %v", i, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -136,9 +136,18 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 			// The arming is taken before the completion is visible, as a
 			// CQ lock makes it in rxe: a poller that sees this completion
 			// and re-arms must get an event for the next one, not have
-			// its ReqNotify consumed by this one.
-			fire := cq.disarm(wc.Status != verbs.WCSuccess || solicited)
+			// its ReqNotify consumed by this one. And again after: an
+			// arming made while it was being published, by a poller that
+			// then found the CQ still empty, must get this completion's
+			// event, or it would wait for ever. (Only an arming made in
+			// the few instructions between the two, by a poller that saw
+			// the completion, gets an event it did not need.)
+			sol := wc.Status != verbs.WCSuccess || solicited
+			fire := cq.disarm(sol)
 			s.seq.Store(pos + 1)
+			if !fire {
+				fire = cq.disarm(sol)
+			}
 			cq.wakeup(fire)
 			return true
 		case seq < pos:
