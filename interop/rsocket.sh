@@ -33,8 +33,8 @@ result() { # name rc
 	if [ "$2" = 0 ]; then echo "PASS $1"; pass=$((pass+1)); else
 		echo "FAIL $1"; fail=$((fail+1))
 		n=$(echo "$1" | tr -c 'A-Za-z0-9' _)
-		{ echo "== local"; cat /tmp/interop.out; echo "== goverbs server"; cat /tmp/grs.log 2>/dev/null
-		  echo "== guest"; "$LAB" exec 'cat /tmp/peer.log' 2>&1; } > "$LOGS/$n.log" 2>&1
+		{ echo "== local"; cat /tmp/rsocket-interop.out; echo "== goverbs server"; cat /tmp/rsocket-grs.log 2>/dev/null
+		  echo "== guest"; "$LAB" exec 'cat /tmp/rsocket-peer.log' 2>&1; } > "$LOGS/$n.log" 2>&1
 		echo "     (details in $LOGS/$n.log)"
 	fi
 }
@@ -42,22 +42,22 @@ for S in $SIZES; do
 	C=$COUNT
 	[ "$S" -ge 1048576 ] && C=$((COUNT / 10 + 1))
 	for T in "v" "b -T v"; do
-		args="-p 7471 -S $S -C $C -I $ITERS -T $T"
+		args="-p 7479 -S $S -C $C -I $ITERS -T $T"
 		# goverbs client -> rstream server (siw)
-		"$LAB" exec "pkill -x rstream; sleep 0.2; rm -f /tmp/peer.log; (timeout 120 rstream -b 10.77.0.2 $args > /tmp/peer.log 2>&1; echo rc=\$? >> /tmp/peer.log) &" >/dev/null
-		"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':7471 ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
-		"$LAB" host "$BIN/rstream -s 10.77.0.2 $args -t 100s" >/tmp/interop.out 2>&1
+		"$LAB" exec "pkill -x rstream; sleep 0.2; rm -f /tmp/rsocket-peer.log; (timeout 45 rstream -b 10.77.0.2 $args > /tmp/rsocket-peer.log 2>&1; echo rc=\$? >> /tmp/rsocket-peer.log) &" >/dev/null
+		"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':7479 ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
+		"$LAB" host "$BIN/rstream -s 10.77.0.2 $args -t 30s" >/tmp/rsocket-interop.out 2>&1
 		rc=$?
-		"$LAB" exec 'for i in $(seq 100); do grep -q "^rc=" /tmp/peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/peer.log' | grep -q '^rc=0' || rc=1
+		"$LAB" exec 'for i in $(seq 100); do grep -q "^rc=" /tmp/rsocket-peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/rsocket-peer.log' | grep -q '^rc=0' || rc=1
 		result "goverbs rstream -s  ->  rstream -b (siw)   $args" $rc
 		# rstream client (siw) -> goverbs server
-		rm -f /tmp/grs.log
-		"$LAB" host "(timeout 120 $BIN/rstream -b 10.77.0.1 $args -t 100s > /tmp/grs.log 2>&1; echo rc=\$? >> /tmp/grs.log) &" >/dev/null
-		"$LAB" host "for i in \$(seq 100); do ss -ltn | grep -q ':7471 ' && exit 0; sleep 0.05; done; exit 1" >/dev/null
-		"$LAB" exec "timeout 120 rstream -s 10.77.0.1 $args" >/tmp/interop.out 2>&1
+		rm -f /tmp/rsocket-grs.log
+		"$LAB" host "(timeout 45 $BIN/rstream -b 10.77.0.1 $args -t 30s > /tmp/rsocket-grs.log 2>&1; echo rc=\$? >> /tmp/rsocket-grs.log) &" >/dev/null
+		"$LAB" host "for i in \$(seq 100); do ss -ltn | grep -q ':7479 ' && exit 0; sleep 0.05; done; exit 1" >/dev/null
+		"$LAB" exec "timeout 45 rstream -s 10.77.0.1 $args" >/tmp/rsocket-interop.out 2>&1
 		rc=$?
-		for i in $(seq 100); do grep -q '^rc=' /tmp/grs.log 2>/dev/null && break; sleep 0.1; done
-		grep -q '^rc=0' /tmp/grs.log || rc=1
+		for i in $(seq 100); do grep -q '^rc=' /tmp/rsocket-grs.log 2>/dev/null && break; sleep 0.1; done
+		grep -q '^rc=0' /tmp/rsocket-grs.log || rc=1
 		result "rstream -s (siw)  ->  goverbs rstream -b   $args" $rc
 	done
 done
