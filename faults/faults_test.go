@@ -294,3 +294,42 @@ func child(t *testing.T) {
 		fmt.Printf("FIRED %s\n", f)
 	}
 }
+
+// A disconnect fault ends the connection as rdma_disconnect would look to
+// the QP: ERR, the request and what follows flushed, no fatal event; over
+// iWARP the peer sees the connection end.
+func TestDisconnect(t *testing.T) {
+	leakcheck.Check(t)
+	a, b := testpair.Connect(t, "iwarp", 1)
+	inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.Disconnect, QPNum: a.QP.Num(), Device: a.Ctx.Device().Name(), Nth: 1}}})
+	if err := a.QP.PostSend([]verbs.SendWR{a.Write(1, b, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := conformance.Poll1(t, a.SCQ); wc.WRID != 1 || wc.Status != verbs.WCWRFlushErr {
+		t.Fatalf("completion %s, want wr_id 1 flushed", conformance.Describe(wc))
+	}
+	conformance.WaitState(t, a.QP, verbs.QPSErr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e, err := b.ID.NextEvent(ctx)
+		if err != nil {
+			t.Fatalf("the peer saw no disconnect: %v", err)
+		}
+		if e.Type == rdmacm.EventDisconnected {
+			break
+		}
+	}
+	// No fatal event for the QP: the context's next event, if any, is not one.
+	c, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	for {
+		ev, err := a.Ctx.GetAsyncEvent(c)
+		if err != nil {
+			break
+		}
+		if ev.QP == a.QP && ev.Type == verbs.EventQPFatal {
+			t.Fatal("a disconnect raised QP_FATAL")
+		}
+	}
+}

@@ -60,7 +60,9 @@ guest_bg() {
 	"$LAB" exec "for i in \$(seq 100); do rdma res show cm_id | grep 'rxe0' | grep 'LISTEN' | grep -q ':$2 ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
 }
 # guest_rc: wait for the guest server to exit and check its status.
-guest_rc() { "$LAB" exec 'for i in $(seq 300); do grep -q "^rc=" /tmp/peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/peer.log' | grep -q '^rc=0'; }
+# The guest is emulated: on a loaded host its perftest server has been seen
+# to end a minute after the client, so it gets two.
+guest_rc() { TIMEOUT=150 "$LAB" exec 'for i in $(seq 1200); do grep -q "^rc=" /tmp/peer.log 2>/dev/null && break; sleep 0.1; done; cat /tmp/peer.log' | grep -q '^rc=0'; }
 # host_bg CMD PATTERN: run a goverbs server on the host side and wait until
 # its log shows PATTERN (it listens).
 host_bg() {

@@ -151,3 +151,37 @@ func Example_readme() {
 	ctx.Close()
 	// Output: 2 completions; hello
 }
+
+// A QP's counters, as a NIC's per-QP counters: what completed, by opcode,
+// with its bytes.
+func ExampleQP_Counters() {
+	dev := loop.AddDevice("example-counters")
+	ctx, _ := verbs.OpenDevice(dev)
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	defer pd.Dealloc()
+	buf := make([]byte, 4096)
+	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	defer mr.Dereg()
+	cq, _ := ctx.CreateCQ(16, nil)
+	defer cq.Destroy()
+	cap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: cap})
+	b, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: cap})
+	defer a.Destroy()
+	defer b.Destroy()
+	loop.Connect(a, b)
+	for i := range 3 {
+		a.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mr.SGE(0, 100)}, RemoteAddr: mr.Addr() + 2048, RKey: mr.RKey()}})
+	}
+	for n := 0; n < 3; {
+		var wc [3]verbs.WC
+		k, _ := cq.Poll(wc[:])
+		n += k
+	}
+	c, _ := a.Counters()
+	w := c.Sent[verbs.WRRDMAWrite]
+	fmt.Printf("%d RDMA WRITEs, %d bytes\n", w.Msgs, w.Bytes)
+	// Output: 3 RDMA WRITEs, 300 bytes
+}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	gvcapture "github.com/goverbs/goverbs/capture"
 	"github.com/goverbs/goverbs/cmd/goverbs/internal/perf"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -329,5 +332,72 @@ func TestSoakSurvivesKills(t *testing.T) {
 		if !strings.Contains(out, "lost 0, corrupted 0") || strings.Contains(out, " 0 peer kills") || strings.Contains(out, " 0 operations") {
 			t.Fatalf("%s: %s", addr, out)
 		}
+	}
+}
+
+// goverbs ping recorded with --capture over iwarp, shm and roce: tshark
+// decodes every packet (RoCEv2; for iwarp and shm the packets a RoCE wire
+// would carry) and sees rping's operations: SENDs, the server's RDMA READ
+// of the client's buffer and its RDMA WRITE back.
+func TestPingCaptureDecodes(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark is not installed (apt-get install tshark; .ci/run installs it)")
+	}
+	p := os.Getpid()
+	for _, c := range []struct{ name, addr, port string }{
+		{"iwarp", "127.0.0.1", "7497"},
+		{"shm", fmt.Sprintf("unix:@goverbs-ping-capture-%d", p), ""},
+		{"roce", fmt.Sprintf("roce://127.%d.%d.30", 16+p%200, p/200%250), "7498"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), c.name+".pcapng")
+			rec, err := gvcapture.Start(file, gvcapture.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rec.Stop()
+			args := func(role string) []string {
+				a := []string{"ping", role, "-a", c.addr, "-C", "3", "-S", "100"}
+				if c.port != "" {
+					a = append(a, "-p", c.port)
+				}
+				return a
+			}
+			done := make(chan int, 1)
+			go func() { done <- run(args("-s")) }()
+			var code int
+			for range 50 { // until the server listens
+				if code = run(args("-c")); code == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code != 0 {
+				t.Fatalf("ping client: exit status %d", code)
+			}
+			if code := <-done; code != 0 {
+				t.Fatalf("ping server: exit status %d", code)
+			}
+			if err := rec.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			dec := func(args ...string) string {
+				out, err := exec.Command(tshark, append([]string{"-r", file, "-d", "udp.port==4791,infiniband", "--disable-protocol", "rpcordma"}, args...)...).Output()
+				if err != nil {
+					t.Fatalf("tshark: %v", err)
+				}
+				return string(out)
+			}
+			all := dec()
+			if bad := dec("-Y", `_ws.malformed || _ws.expert.severity >= "warning" || !infiniband`); bad != "" || all == "" {
+				t.Fatalf("malformed or undecoded packets:\n%s\nof\n%s", bad, all)
+			}
+			for _, op := range []string{"Send Only", "RDMA Read Request", "RDMA Read Response", "RDMA Write", "Acknowledge"} {
+				if !strings.Contains(all, op) {
+					t.Errorf("no %q in:\n%s", op, all)
+				}
+			}
+		})
 	}
 }

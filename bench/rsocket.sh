@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/rsocket.sh — package rsocket against the kernel's sockets, same run.
+#
+#   bench/rsocket.sh                 # ROUNDS=3, BENCHTIME=1s; 3 to 5 minutes
+#   ROUNDS=5 OUT=/tmp/r bench/rsocket.sh
+#
+# Ping-pong latency (round trip) and streaming throughput at 64 B, 4 KiB,
+# 64 KiB and 1 MiB: rsocket over shared memory against net.UnixConn, rsocket
+# over iWARP (loopback TCP) against loopback net.TCPConn; and gRPC (module
+# examples/grpc) unary latency and streaming throughput over rsocket (shm)
+# against gRPC over a Unix socket. Both ends of each connection are in one
+# process. Every round runs every pair back to back (interleaved), each
+# cell is the median of the rounds and each ratio is taken between medians
+# of this run: the machine drifts too much for figures of different runs
+# to be compared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+BENCHTIME=${BENCHTIME:-1s}
+OUT=${OUT:-$(mktemp -d /tmp/rsocket-bench.XXXXXX)}
+mkdir -p "$OUT"
+go test -c -o "$OUT/rs.test" ./bench/rsocket
+(cd examples/grpc && go test -c -o "$OUT/grpc.test" .)
+raw="$OUT/raw.tsv"
+: >"$raw"
+run() { # binary bench-regex -> lines "name ns/op MB/s"
+	"$1" -test.run XXX -test.bench "$2" -test.benchtime "$BENCHTIME" 2>/dev/null |
+		awk '/^Benchmark/ {n=$1; sub(/-[0-9]+$/, "", n); print n "\t" $3 "\t" $5}'
+}
+for r in $(seq "$ROUNDS"); do
+	echo "round $r/$ROUNDS" >&2
+	for size in 64 4096 65536 1048576; do
+		for t in PingPong Stream; do
+			for tr in rsocket-shm unix rsocket-iwarp tcp; do
+				run "$OUT/rs.test" "^Benchmark$t\$/^$tr\$/^$size\$" | sed "s/^/$r\t/" >>"$raw"
+			done
+		done
+	done
+	for b in "Unary/.*/(64|4096|65536)" "Stream/.*/(4096|65536|1048576)"; do
+		for tr in rsocket-shm unix; do
+			run "$OUT/grpc.test" "^Benchmark${b%%/*}\$/^$tr\$/${b#*/*/}" | sed "s/^/$r\tgRPC/" >>"$raw"
+		done
+	done
+done
+python3 - "$raw" >"$OUT/table.txt" <<'PY'
+import sys, statistics, collections
+cells = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r, name, ns, mbs = line.rstrip("\n").split("\t")
+    cells[name].append((float(ns), float(mbs) if mbs else 0.0))
+med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v), len(v)) for k, v in cells.items()}
+pairs = [("rsocket-shm", "unix"), ("rsocket-iwarp", "tcp")]
+print("%-34s %12s %12s %12s %12s %8s" % ("benchmark/size", "goverbs", "kernel", "goverbs", "kernel", "ratio"))
+for kind, unit in (("BenchmarkPingPong", "us RTT"), ("BenchmarkStream", "MB/s"), ("gRPCBenchmarkUnary", "us/call"), ("gRPCBenchmarkStream", "MB/s")):
+    print("-- %s (%s; ratio = how many times better goverbs is)" % (kind.replace("Benchmark", " "), unit))
+    for a, b in pairs:
+        for size in ("64", "4096", "65536", "1048576"):
+            ka, kb = "%s/%s/%s" % (kind, a, size), "%s/%s/%s" % (kind, b, size)
+            if ka not in med or kb not in med:
+                continue
+            if unit == "MB/s":
+                va, vb = med[ka][1], med[kb][1]
+                ratio = va / vb if vb else 0
+            else:
+                va, vb = med[ka][0] / 1000, med[kb][0] / 1000
+                ratio = vb / va if va else 0
+            print("%-34s %12.2f %12.2f %12s %12s %8.2fx" % ("%s/%s" % (a + "~" + b, size), va, vb, a, b, ratio))
+PY
+cat "$OUT/table.txt"
+echo "raw measurements: $raw" >&2

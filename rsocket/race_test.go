@@ -1,0 +1,5 @@
+//go:build race
+
+package rsocket
+
+const raceEnabled = true
