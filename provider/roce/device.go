@@ -24,6 +24,7 @@ type device struct {
 	addr netip.Addr
 	mtu  verbs.MTU
 
+	life  sync.Mutex // open and release, which binds and frees the port
 	mu    sync.Mutex
 	conn  *net.UDPConn // addr:4791, while users > 0 (open, release)
 	raw   syscall.RawConn
@@ -183,6 +184,8 @@ func newDevice(name string, addr netip.Addr) *device {
 // it returns why it cannot be. release ends the use; the last one closes
 // the socket and ends the device's goroutine.
 func (d *device) open() error {
+	d.life.Lock()
+	defer d.life.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.conn != nil {
@@ -276,19 +279,25 @@ func (d *device) senderOf(qpn uint32) *sender {
 }
 
 func (d *device) release() {
+	d.life.Lock()
+	defer d.life.Unlock() // an open waits until the port is free again
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.users--; d.users > 0 || d.conn == nil {
+		d.mu.Unlock()
 		return
 	}
 	close(d.done)
-	d.conn.Close()
-	d.conn = nil
-	for _, s := range d.out {
+	conn, out := d.conn, d.out
+	d.conn, d.out = nil, nil
+	// d.raw stays: a late poll or send sees a closed socket, not nil.
+	d.mu.Unlock()
+	// Closed without d.mu: Close waits for the receiving goroutine to
+	// leave its read callback, which may be sending ACKs (write takes
+	// d.mu).
+	conn.Close()
+	for _, s := range out {
 		s.conn.Close() // s.raw stays, as d.raw does
 	}
-	d.out = nil
-	// d.raw stays: a late poll or send sees a closed socket, not nil.
 }
 
 // rxLoop reads the socket while no application polls a QP of the device
