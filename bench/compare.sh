@@ -7,7 +7,12 @@
 #       figure ../shared/bench gives for UCX (lat_oneway_p50_us) and perftest's
 #       t_typical; the mean also carries the stalls the machine adds.
 #   bandwidth (streaming):   goverbs perf write_bw  vs  UCX ucx_perftest tag_bw
-#       (tcp, posix) and raw loopback TCP (iperf3 -l SIZE)
+#       (tcp, posix) and raw loopback TCP (iperf3 -l SIZE); both warm up
+#       first (BW_WARM untimed requests, as UCX's -w 100)
+#
+# GOVERBS_BASE=/path/to/goverbs adds an older build measured in the same
+# rounds (rows "base DEV"); POST_LIST=N adds write_bw -l N on shm0 (see
+# bench/README.md).
 #
 # at 8 B, 4 KiB, 64 KiB and 1 MiB. The machine's speed drifts from minute to
 # minute (../shared/bench/README.md), so the measurements are interleaved:
@@ -40,6 +45,15 @@ mkdir -p "$OUT"
 # C memcpy of the message (bandwidth) and a Go cache-line ping-pong between
 # two processes (latency), and UCX's one-sided put (ucp_put_bw).
 GOVERBS_DEVS=${GOVERBS_DEVS:-iwarp0 shm0}
+# GOVERBS_BASE, when set, is another goverbs binary (a "before" build: e.g.
+# `git stash; go build -o /tmp/goverbs.base ./cmd/goverbs`) measured in the
+# same rounds as this tree's, right next to it (which of the two goes first
+# alternates from round to round): rows "base DEV", and ratios DEV/base DEV.
+GOVERBS_BASE=${GOVERBS_BASE:-}
+# POST_LIST, when set (e.g. 16), adds a streaming row "goverbs shm0-lN":
+# write_bw on shm0 posting lists of N requests (perftest's post_list, -l),
+# with its own ratios.
+POST_LIST=${POST_LIST:-}
 SHARED_BENCH=${SHARED_BENCH:-../shared/bench}
 # Before each size of each round, wait up to IDLE_WAIT seconds for the CPUs
 # to be idle (../shared/bench/src/idlewait.sh: other work shares the machine,
@@ -90,6 +104,10 @@ lat_iters() { case $1 in 8) echo 100000 ;; 4096) echo 20000 ;; 65536) echo 5000 
 # Untimed warm-up iterations of the latency tests that have them (UCX's -w,
 # goverbs' -w): ../shared/bench runs UCX with -w 10000.
 LAT_WARM=${LAT_WARM:-10000}
+# Untimed warm-up requests of the bandwidth tests: UCX's -w (100 unless
+# given, see ucx below) and goverbs' -w (a GOVERBS_BASE build older than
+# bandwidth warm-ups runs without).
+BW_WARM=${BW_WARM:-100}
 bw_iters() { case $1 in 8) echo 200000 ;; 4096) echo 100000 ;; 65536) echo 20000 ;; *) echo 2000 ;; esac; }
 jsonval() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" | tail -1; }
 
@@ -109,6 +127,12 @@ iperf() { # size
 		python3 -c 'import json,sys; d=sys.stdin.read(); print(json.loads(d[d.index("{"):])["end"]["sum_received"]["bits_per_second"]/8e6)' 2>/dev/null
 }
 
+# builds ROUND: the goverbs builds to measure, in this round's order;
+# bin/label: a build's binary and its rows' name.
+builds() { if [ -z "$GOVERBS_BASE" ]; then echo new; elif [ $(($1 % 2)) = 1 ]; then echo new base; else echo base new; fi; }
+bin() { if [ "$1" = base ]; then echo "$GOVERBS_BASE"; else echo "$BIN/goverbs"; fi; }
+label() { if [ "$1" = base ]; then echo base; else echo goverbs; fi; }
+
 start=$(date +%s)
 for r in $(seq "$ROUNDS"); do
 	echo "== round $r of $ROUNDS ($(( $(date +%s) - start )) s)"
@@ -116,9 +140,11 @@ for r in $(seq "$ROUNDS"); do
 		L=$(lat_iters "$S"); B=$(bw_iters "$S")
 		echo "   $S B: $(idle) before"
 		for dev in $GOVERBS_DEVS; do
-			out=$("$BIN/goverbs" perf send_lat -d "$dev" -s "$S" -n "$L" -w "$LAT_WARM" -json)
-			rec "$r" lat "$S" "goverbs $dev" "$(echo "$out" | jsonval t_avg_us)"
-			rec "$r" lat50 "$S" "goverbs $dev" "$(echo "$out" | jsonval t_typical_us)"
+			for who in $(builds "$r"); do
+				out=$("$(bin "$who")" perf send_lat -d "$dev" -s "$S" -n "$L" -w "$LAT_WARM" -json)
+				rec "$r" lat "$S" "$(label "$who") $dev" "$(echo "$out" | jsonval t_avg_us)"
+				rec "$r" lat50 "$S" "$(label "$who") $dev" "$(echo "$out" | jsonval t_typical_us)"
+			done
 		done
 		rec "$r" lat "$S" "libfabric tcp" "$(fi_lat tcp msg "$S" "$L")"
 		rec "$r" lat "$S" "libfabric shm" "$(fi_lat shm rdm "$S" "$((L * 2))")"
@@ -133,7 +159,13 @@ for r in $(seq "$ROUNDS"); do
 				sed -n 's/.*one-way p50=\([0-9.]*\)\(n\|µ\)s.*/\1 \2/p' | awk '{print ($2=="n") ? $1/1000 : $1}')"
 		fi
 		for dev in $GOVERBS_DEVS; do
-			rec "$r" bw "$S" "goverbs $dev" "$("$BIN/goverbs" perf write_bw -d "$dev" -s "$S" -n "$B" -json | jsonval bw_avg_mb_s)"
+			for who in $(builds "$r"); do
+				warm="-w $BW_WARM"; [ "$who" = base ] && warm=""
+				rec "$r" bw "$S" "$(label "$who") $dev" "$("$(bin "$who")" perf write_bw -d "$dev" -s "$S" -n "$B" $warm -json | jsonval bw_avg_mb_s)"
+			done
+			if [ -n "$POST_LIST" ] && [ "$dev" = shm0 ]; then
+				rec "$r" bw "$S" "goverbs shm0-l$POST_LIST" "$("$BIN/goverbs" perf write_bw -d shm0 -s "$S" -n "$B" -w "$BW_WARM" -l "$POST_LIST" -json | jsonval bw_avg_mb_s)"
+			fi
 		done
 		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f3)"
 		rec "$r" bw "$S" "UCX posix" "$(ucx posix,self tag_bw "$S" "$B" | cut -d' ' -f3)"
@@ -152,7 +184,9 @@ awk -F'\t' '{k=$2"\t"$3"\t"$4; v[k]=v[k]" "$5} END{for (k in v) {n=split(v[k],a,
 table() { # metric title unit better
 	echo
 	echo "$2 [$3], median of $ROUNDS rounds; ratio = goverbs / peer ($4)"
-	awk -F'\t' -v m="$1" -v devs="$GOVERBS_DEVS" '
+	devs="$GOVERBS_DEVS"
+	[ -n "$POST_LIST" ] && [ "$1" = bw ] && devs="$devs shm0-l$POST_LIST"
+	awk -F'\t' -v m="$1" -v devs="$devs" '
 		$1==m {v[$2"\t"$3]=$4; if (!($3 in seen)) {seen[$3]=1; tools[++nt]=$3}; if (!($2 in ss)) {ss[$2]=1; sizes[++ns]=$2}}
 		END {
 			nd=split(devs, d, " ")
@@ -164,6 +198,7 @@ table() { # metric title unit better
 			}
 			for (k=1;k<=nd;k++) for (t=1;t<=nt;t++) {
 				if (tools[t] ~ /^goverbs/) continue
+				if (tools[t] ~ /^base / && tools[t] != "base " d[k]) continue # a build against itself only
 				printf "%-26s", "  " d[k] "/" tools[t]
 				for (i=1;i<=ns;i++) { g=v[sizes[i]"\tgoverbs " d[k]]; p=v[sizes[i]"\t"tools[t]]; if (g==""||p==""||p==0) printf "%12s", "-"; else printf "%12.2f", g/p }
 				printf "\n"

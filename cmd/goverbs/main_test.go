@@ -42,6 +42,26 @@ func TestPerfFlagsAfterServer(t *testing.T) {
 	}
 }
 
+// A post list (perftest's -l, --post_list) reaches the bandwidth test's
+// configuration, after the server address too; by default it is 1.
+func TestPerfPostList(t *testing.T) {
+	for _, args := range [][]string{
+		{"write_bw", "127.0.0.1", "-s", "8", "-l", "16"},
+		{"write_bw", "-d", "shm0", "--post-list=16", "-s8"},
+	} {
+		r, err := parsePerf(args)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if r.cfg.PostList != 16 || r.cfg.Size != 8 {
+			t.Errorf("%q: post list %d, size %d", args, r.cfg.PostList, r.cfg.Size)
+		}
+	}
+	if r, err := parsePerf([]string{"write_bw"}); err != nil || r.cfg.PostList != 1 {
+		t.Fatalf("default post list: %v %v", r, err)
+	}
+}
+
 // Every flag spelling that scripts use keeps working: the single-dash long
 // names of Go's flag package (-json, -server), perftest's short flags
 // anywhere, and GNU long names.
@@ -104,8 +124,11 @@ func TestPerfRefuses(t *testing.T) {
 		{"write_bw", "-D", "1", "-n", "10"}, // timed or counted
 		{"write_bw", "-D", "0"},
 		{"read_bw", "-R", "-D", "1"},
-		{"write_bw", "-w", "10"}, // warm-up is for latency tests
-		{"send_lat", "-Q", "10"}, // cq_mod is for bandwidth tests
+		{"send_bw", "-w", "10"},        // send_bw posts its receives first
+		{"write_bw", "-R", "-w", "10"}, // perftest's peers have no warm-up
+		{"send_lat", "-Q", "10"},       // cq_mod is for bandwidth tests
+		{"send_lat", "-l", "16"},       // so is a post list
+		{"write_bw", "-l", "0"},
 		{"send_bw", "-n", "9000"},
 		{"write_bw", "-a", "-s", "64"},
 		{"send_lat", "-d", "shm0", "example.com"},

@@ -49,10 +49,12 @@ Method.
   Send and write latency is half a ping-pong round trip; read and atomic
   latency is one operation, post to completion, per iteration. -w untimed
   iterations (1000 by default, as ucx_perftest's -w) come first: the first
-  exchanges pay for cold caches and first touches of pages.
+  exchanges pay for cold caches and first touches of pages. write_bw and
+  read_bw run -w untimed requests (none by default) before the clock starts.
   Bandwidth: -t work requests are kept in flight on each of -q QPs, one in
   -Q signaled (perftest's cq_mod: its completion accounts for those before
-  it); the bytes of the completed requests are divided by the elapsed time
+  it), posted -l at a time (perftest's post_list: one PostSend per list,
+  1 by default); the bytes of the completed requests are divided by the elapsed time
   (MB = 10^6 bytes). The peak is the best window of at least a twentieth
   of the run and 5 ms. Both ends busy-poll their CQs (polled progress).
   With -D, write_bw and read_bw post for that many seconds, then the
@@ -136,10 +138,11 @@ func parsePerf(args []string) (*perfRun, error) {
 	size := fs.IntP("size", "s", 0, "message size in bytes (default: 2 for latency, 65536 for bandwidth tests)")
 	all := fs.BoolP("all", "a", false, "run every size from 2 B to 8 MiB (powers of two)")
 	iters := fs.IntP("iters", "n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
-	warm := fs.IntP("warmup", "w", 0, "latency tests: untimed warm-up iterations before the timed ones (default: 1000; none with -R)")
+	warm := fs.IntP("warmup", "w", 0, "untimed warm-up iterations before the timed ones (default: 1000 for latency tests, 0 for write_bw and read_bw; not with -R or send_bw)")
 	dur := fs.IntP("duration", "D", 0, "write_bw, read_bw: post for this many seconds instead of -n iterations")
 	depth := fs.IntP("tx-depth", "t", 128, "send queue depth (work requests in flight)")
 	cqMod := fs.IntP("cq-mod", "Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
+	postList := fs.IntP("post-list", "l", 1, "bandwidth tests: post this many work requests with one PostSend (perftest's post_list)")
 	port := fs.IntP("port", "p", 18515, "port")
 	dev := fs.StringP("ib-dev", "d", "iwarp0", "device: iwarp0 (TCP), shm0 (same-host shared memory) or a RoCE device (roce0, ...: see goverbs devices)")
 	bind := fs.StringP("bind", "B", "", "RoCE: the local IP address to use (its device; made if it has none); implies a RoCE device")
@@ -216,14 +219,18 @@ func parsePerf(args []string) (*perfRun, error) {
 		return bad("-D %d: at least one second", *dur)
 	case fs.Changed("duration") && fs.Changed("iters"):
 		return bad("-D and -n: a run is timed or counted, give one")
-	case fs.Changed("warmup") && !r.lat:
-		return bad("-w: warm-up iterations are for latency tests")
+	case fs.Changed("warmup") && !r.lat && (test == "send_bw" || *pt):
+		return bad("-w: warm-up iterations are for latency tests, write_bw and read_bw (not with -R)")
 	case fs.Changed("warmup") && *pt && *warm > 0:
 		return bad("-w with -R: perftest's latency tests have no warm-up, and both ends must run the same iterations")
 	case fs.Changed("cq-mod") && r.lat:
 		return bad("-Q: cq_mod is for bandwidth tests")
 	case *cqMod < 1:
 		return bad("-Q %d: at least 1", *cqMod)
+	case fs.Changed("post-list") && r.lat:
+		return bad("-l: a post list is for bandwidth tests")
+	case *postList < 1:
+		return bad("-l %d: at least 1", *postList)
 	case *depth < 1:
 		return bad("-t %d: at least 1", *depth)
 	case fs.Changed("qp") && *qps > 1 && r.lat:
@@ -231,8 +238,8 @@ func parsePerf(args []string) (*perfRun, error) {
 	}
 
 	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second,
-		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod}
-	if !fs.Changed("warmup") && !*pt {
+		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod, PostList: *postList}
+	if !fs.Changed("warmup") && !*pt && r.lat {
 		c.Warmup = defaultWarmup
 	}
 	if c.Size == 0 && !fs.Changed("size") {

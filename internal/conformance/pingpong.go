@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -13,9 +14,24 @@ import (
 // on y, both busy-polling their CQs (polled mode: the poll loops read the
 // sockets). When rtt is not nil it receives each round trip's duration.
 func PingPong(x, y *Side, n int, rtt []time.Duration) error {
+	return PingPongSize(x, y, 8, n, rtt)
+}
+
+// PingPongSize is PingPong with messages of size bytes (inline up to 64),
+// received at offset 0 of each side's buffer and sent from offset size
+// (the buffers hold 2*size bytes).
+func PingPongSize(x, y *Side, size, n int, rtt []time.Duration) error {
+	flags := verbs.SendFlags(0)
+	if size <= 64 {
+		flags, size = verbs.SendInline, max(size, 64) // the 8-byte layout: receive at 0, send from 64
+	}
+	ln := min(size, 64)
+	if flags == 0 {
+		ln = size
+	}
 	// The echo side's first receive is posted before anything is sent:
 	// on iWARP (no RNR) a send that finds no receive is fatal.
-	yrecv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, 8)}}}
+	yrecv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, ln)}}}
 	if err := y.QP.PostRecv(yrecv); err != nil {
 		return err
 	}
@@ -24,7 +40,7 @@ func PingPong(x, y *Side, n int, rtt []time.Duration) error {
 	var echoErr error
 	go func() {
 		defer wg.Done()
-		send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{y.MR.SGE(64, 8)}}}
+		send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: flags, SGList: []verbs.SGE{y.MR.SGE(size, ln)}}}
 		wc := make([]verbs.WC, 1)
 		for range n {
 			if echoErr = Spin(y.RecvCQ, wc); echoErr != nil {
@@ -34,8 +50,8 @@ func PingPong(x, y *Side, n int, rtt []time.Duration) error {
 			y.QP.PostSend(send)
 		}
 	}()
-	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGList: []verbs.SGE{x.MR.SGE(64, 8)}}}
-	recv := []verbs.RecvWR{{SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
+	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: flags, SGList: []verbs.SGE{x.MR.SGE(size, ln)}}}
+	recv := []verbs.RecvWR{{SGList: []verbs.SGE{x.MR.SGE(0, ln)}}}
 	wc := make([]verbs.WC, 1)
 	x.QP.PostRecv(recv)
 	var err error
@@ -115,14 +131,18 @@ func WriteStream(x, y *Side, size, n, depth int) error {
 // mean (ns/oneway, what perftest's send_lat and fi_pingpong report), median
 // and 99th percentile. The round-trip array is written before the timer
 // starts: its first-touch page faults are not the transport's.
-func BenchPingPong(b *testing.B, x, y *Side) {
+func BenchPingPong(b *testing.B, x, y *Side) { BenchPingPongSize(b, x, y, 8) }
+
+// BenchPingPongSize is BenchPingPong with messages of size bytes (see
+// PingPongSize); it also reports MB/s of one direction.
+func BenchPingPongSize(b *testing.B, x, y *Side, size int) {
 	rtt := make([]time.Duration, b.N)
 	for i := range rtt {
 		rtt[i] = 1
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	if err := PingPong(x, y, b.N, rtt); err != nil {
+	if err := PingPongSize(x, y, size, b.N, rtt); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
@@ -130,4 +150,56 @@ func BenchPingPong(b *testing.B, x, y *Side) {
 	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "ns/oneway-p50")
 	b.ReportMetric(float64(rtt[len(rtt)*99/100].Nanoseconds())/2, "ns/oneway-p99")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
+}
+
+// WriteRate streams b.N RDMA WRITEs of size bytes from x to y the way
+// `goverbs perf write_bw` does: up to depth requests in flight, every
+// mod-th signaled (perftest's cq_mod) and the last, the send CQ polled
+// between bursts, posted list at a time (1: one PostSend per request). It
+// reports Mmsg/s and cpu-ns/op, the posting thread's CPU time per message
+// (robust to other processes' load, which the wall clock is not).
+func WriteRate(b *testing.B, x, y *Side, size, list, depth, mod int) {
+	wr := make([]verbs.SendWR, list)
+	for i := range wr {
+		wr[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{x.MR.SGE(0, size)}, RemoteAddr: y.MR.RemoteAddr(0), RKey: y.MR.RKey()}
+	}
+	wc := make([]verbs.WC, 16)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := ThreadCPU()
+	posted, done, toSig := 0, 0, mod
+	for done < b.N {
+		for posted-done < depth && posted < b.N {
+			k := min(list, depth-(posted-done), b.N-posted)
+			for i := range wr[:k] {
+				wr[i].WRID = uint64(posted + i)
+				wr[i].Flags = 0
+				if toSig--; toSig == 0 || posted+i+1 == b.N {
+					wr[i].Flags, toSig = verbs.SendSignaled, mod
+				}
+			}
+			if err := x.QP.PostSend(wr[:k]); err != nil {
+				b.Fatal(err)
+			}
+			posted += k
+		}
+		n, err := x.SendCQ.Poll(wc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, w := range wc[:n] {
+			if err := w.Err(); err != nil {
+				b.Fatal(err)
+			}
+			done = max(done, int(w.WRID)+1)
+		}
+	}
+	cpu := ThreadCPU() - cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
 }

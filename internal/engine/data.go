@@ -19,7 +19,24 @@ func (q *QP) payload(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 
 // segments resolves sgl into dst, through cache when the caller owns one
 // (Device.resolveCached).
+//
+// A single SGE in the cached region (the posting path's common case) is
+// resolved here without the calls: it was a fifth of an 8-byte RDMA
+// WRITE's CPU.
 func (q *QP) segments(cache **MR, sgl []verbs.SGE, dst [][]byte, need verbs.AccessFlags) ([][]byte, verbs.WCStatus) {
+	if len(sgl) == 1 && cache != nil {
+		s := &sgl[0]
+		if mr := *cache; mr != nil && mr.key == s.LKey && s.Length > 0 && mr.valid.Load() && mr.pd == q.pd && mr.access&need == need &&
+			s.Addr >= mr.addr && s.Addr-mr.addr <= uint64(len(mr.buf)) && uint64(s.Length) <= uint64(len(mr.buf))-(s.Addr-mr.addr) {
+			off := s.Addr - mr.addr
+			return append(dst, mr.buf[off:off+uint64(s.Length):off+uint64(s.Length)]), verbs.WCSuccess
+		}
+	}
+	return q.segmentsList(cache, sgl, dst, need)
+}
+
+// segmentsList is segments for any list.
+func (q *QP) segmentsList(cache **MR, sgl []verbs.SGE, dst [][]byte, need verbs.AccessFlags) ([][]byte, verbs.WCStatus) {
 	for _, s := range sgl {
 		if s.Length == 0 {
 			continue
@@ -153,6 +170,10 @@ func CopyFrom(dst []byte, src [][]byte, off int) int {
 	}
 	return n
 }
+
+// Copy is copy for a transport's fast path: what CopyFrom does for one
+// segment, inlined (copyBytes).
+func Copy(d, s []byte) int { return copyBytes(d, s) }
 
 // copyBytes is copy, with messages of 8 to 16 bytes moved by two 8-byte
 // loads and stores instead of a call to memmove (small messages are the

@@ -22,7 +22,8 @@
 //     may step aside) or not (automatic mode: they must make progress).
 //     When the application polls is the engine's decision, one rule for
 //     every transport (see PollIdle).
-//   - DirectSender: SendDirect puts an idle QP's request out from PostSend.
+//   - DirectSender: SendDirect puts an idle QP's request out from PostSend
+//     (the requests of a list one after the other, then DirectEnd).
 //
 // # What the engine gives it
 //

@@ -266,16 +266,25 @@ func (d *Device) resolve(key uint32, pd *PD, addr uint64, n uint32, need verbs.A
 // loads (on pages of their own). A region deregistered or invalidated
 // meanwhile is not valid: the table is asked again.
 func (d *Device) resolveCached(cache **MR, key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
+	if cache != nil {
+		if mr := *cache; mr != nil && mr.key == key && mr.valid.Load() {
+			return check(mr, pd, addr, n, need)
+		}
+	}
+	return d.resolveMiss(cache, key, pd, addr, n, need)
+}
+
+// resolveMiss is resolveCached when the cache does not hold the region
+// (kept apart so that the hit inlines).
+func (d *Device) resolveMiss(cache **MR, key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
 	if cache == nil {
 		return d.resolve(key, pd, addr, n, need)
 	}
-	mr := *cache
-	if mr == nil || mr.key != key || !mr.valid.Load() {
-		if mr = d.mrs.lookup(key); mr == nil {
-			return nil, nil, FaultKey
-		}
-		*cache = mr
+	mr := d.mrs.lookup(key)
+	if mr == nil {
+		return nil, nil, FaultKey
 	}
+	*cache = mr
 	return check(mr, pd, addr, n, need)
 }
 

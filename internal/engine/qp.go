@@ -31,6 +31,8 @@ type QP struct {
 	cm     bool         // connected by a connection manager, not by Modify
 	prog   atomic.Pointer[progress]
 	dsrc   [][]byte // postDirect's payload pieces
+	// dsrcUsed is how much of dsrc holds references (clearDsrc).
+	dsrcUsed int
 	// The regions the SGEs of postDirect and fillWQE (under mu) and of
 	// deliverRecv (under rqMu) last resolved to (Device.resolveCached).
 	sendMR, recvMR *MR

@@ -63,11 +63,21 @@ type Progressor interface {
 // READ the transport carried out itself), otherwise it is Pending (the
 // transport completes it later). A request not out is declined and takes
 // the ordinary path. SendDirect must not block (not even on a socket's
-// lock), call the engine for this QP, or fail the QP. DirectDone follows a
-// SendDirect that put the request out, once the lock is released: what
-// may wait (waking the peer) goes there.
+// lock), call the engine for this QP, or fail the QP.
+//
+// The requests of one PostSend list go through SendDirect one after the
+// other, under one hold of the lock, until one is declined (the rest are
+// queued). DirectEnd follows the last SendDirect of a PostSend, the lock
+// still held: what SendDirect set up once for the requests of a list (a
+// mapping held, a region entered) is let go there, so that a list of
+// small requests pays for it once (the doorbell of a hardware queue). A
+// request's data must have moved when SendDirect returns done: DirectEnd
+// releases, it does not complete. DirectDone follows a PostSend in which
+// SendDirect put a request out, once the lock is released: what may wait
+// (waking the peer) goes there.
 type DirectSender interface {
 	SendDirect(w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool)
+	DirectEnd()
 	DirectDone()
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
+func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 	b.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
 	x = conformance.NewSide(b, open(b), verbs.QPTRC, o)
@@ -39,6 +39,18 @@ func BenchmarkRDMAWrite(b *testing.B) {
 			if err := conformance.WriteStream(x, y, size, b.N, 32); err != nil {
 				b.Fatal(err)
 			}
+		})
+	}
+}
+
+// BenchmarkSendRecvPingPongLarge is BenchmarkSendRecvPingPong with large
+// messages: one message's one-way time is how long the stream takes to
+// carry it (perf send_lat -s 1048576).
+func BenchmarkSendRecvPingPongLarge(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			x, y := benchPair(b, 2*size)
+			conformance.BenchPingPongSize(b, x, y, size)
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,9 @@ type conn struct {
 	exp     exports  // our regions the peer maps (exports.go)
 
 	polled atomic.Bool // the application polls (engine.Progressor.Polled)
+	// sockSeen is the peer's count of socket messages (offSockMsgs) when
+	// a poll last looked.
+	sockSeen atomic.Uint64
 
 	once  sync.Once
 	err   error
@@ -152,6 +156,12 @@ func (c *conn) rxLoop() {
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
 	for {
 		msg, fds, err := readMsg(c.uc, buf, oob)
+		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isDying() {
+			// kickRx: a poll saw a message coming and had this goroutine
+			// scheduled; it reads on.
+			c.uc.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
 			c.peerGone(err)
 			break
@@ -171,6 +181,28 @@ func (c *conn) rxLoop() {
 		}
 	}
 	c.teardown()
+}
+
+// sentSockMsg tells a polling peer that a socket message for it is on its
+// way (offSockMsgs); called after the write, from a goroutine inside the
+// segments.
+func (c *conn) sentSockMsg() { atomic.AddUint64(c.peer.U64(offSockMsgs), 1) }
+
+// kickRx has the socket goroutine read now, when a poll (which holds this
+// goroutine's processor) found that the peer sent a message that wants
+// handling. The goroutine is parked in the runtime's network poller, which
+// looks at the sockets only when a processor has nothing to run, or every
+// 10 ms: when every processor busy-polls (both ends of a connection polled
+// in one process, on a small machine), a mapping's request and answer
+// waited for that twice, and the requests through the peer meanwhile.
+// An expired deadline readies the goroutine at once, on this processor,
+// and the yield runs it.
+func (c *conn) kickRx() {
+	if h := atomic.LoadUint64(c.mine.U64(offSockMsgs)); h != c.sockSeen.Load() {
+		c.sockSeen.Store(h)
+		c.uc.SetReadDeadline(time.Unix(1, 0))
+		runtime.Gosched()
+	}
 }
 
 // peerGone handles the end of the socket.
@@ -286,6 +318,9 @@ func (c *conn) wake() {
 func (c *conn) progress(ho *engine.Handoff) {
 	if c.closing.Load() {
 		return
+	}
+	if ho != nil && atomic.LoadUint64(c.mine.U64(offSockMsgs)) != c.sockSeen.Load() {
+		c.kickRx()
 	}
 	poke, got := false, 0
 	// An idle poll only reads: the rings' positions, and the peer's state.

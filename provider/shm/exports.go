@@ -74,6 +74,8 @@ func (c *conn) offered(lkey uint32) bool {
 	unix.Close(fd)
 	if err != nil {
 		c.fail(err)
+	} else {
+		c.sentSockMsg()
 	}
 	return false
 }
@@ -105,6 +107,8 @@ func (c *conn) serveMap(msg []byte) {
 	}
 	if err != nil {
 		c.fail(err)
+	} else {
+		c.sentSockMsg()
 	}
 }
 

@@ -110,10 +110,18 @@ func TestDeregRevokesMapping(t *testing.T) {
 			win.Dereg()
 		}
 	})
-	a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), win.RemoteAddr(0), win.RKey()))
-	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if d, _, _ := ca.Stats(); d != 1 {
-		t.Fatalf("write was not direct (%d direct)", d)
+	// The first write asks for the mapping and goes through the target
+	// meanwhile; once the mapping is in, writes are direct.
+	for i := 0; ; i++ {
+		a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), win.RemoteAddr(0), win.RKey()))
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if d, _, _ := ca.Stats(); d == 1 {
+			break
+		}
+		if i == 10000 {
+			t.Fatal("writes never went direct")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 	dereged = true
 	if err := win.Dereg(); err != nil {
@@ -551,14 +559,17 @@ func TestDirectPost(t *testing.T) {
 	}
 	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 20, verbs.WCSuccess, verbs.WCRecv)
 
-	// Ordinary path: a SEND large enough to go by reference, and two
-	// SENDs in one call.
+	// Ordinary path: a SEND large enough to go by reference. Two SENDs in
+	// one call go the direct path one after the other.
 	b.MustPostRecv(t, b.Recv(3, 0, 16<<10), b.Recv(4, 16<<10, 64), b.Recv(5, 16<<10+64, 64))
 	p0 = posted()
 	a.MustPostSend(t, a.Send(12, 0, 16<<10))
-	a.MustPostSend(t, a.Send(13, 0, 8), a.Send(14, 8, 8))
 	if got := posted() - p0; got != 0 {
 		t.Fatalf("%d requests went the direct path, want 0", got)
+	}
+	a.MustPostSend(t, a.Send(13, 0, 8), a.Send(14, 8, 8))
+	if got := posted() - p0; got != 2 {
+		t.Fatalf("%d of a list of 2 SENDs went the direct path", got)
 	}
 	for _, id := range []uint64{12, 13, 14} {
 		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), id, verbs.WCSuccess, verbs.WCSend)
@@ -661,5 +672,83 @@ func TestRetiredSegmentsUnmapped(t *testing.T) {
 	}
 	if got := shm.Retired() - before; got < n {
 		t.Fatalf("%d of %d closed connections had their segments unmapped", got, 2*n)
+	}
+}
+
+// A list of requests goes out from PostSend one after the other while each
+// can (WRITEs into a mapped region, small SENDs); a WRITE behind a SEND in
+// the ring waits for it (RC order) and takes the ordinary path with the
+// rest; a bad request stops the list with its index, after the ones before
+// it went out. Completions come in order, and the data is placed.
+func TestPostListDirect(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, ca, _ := pairOn(t, true, 64<<10)
+	oneSided := ca.(interface{ PostedOneSided() uint64 }).PostedOneSided
+	w := func(id uint64, off int) verbs.SendWR {
+		return wr(id, verbs.WRRDMAWrite, a.MR.SGE(off, 64), b.MR.RemoteAddr(off), b.MR.RKey())
+	}
+	// Map the region first (the first WRITE asks for it).
+	for i := 0; oneSided() == 0; i++ {
+		a.MustPostSend(t, w(100, 0))
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 100, verbs.WCSuccess, verbs.WCRDMAWrite)
+		if i == 10000 {
+			t.Fatal("writes never went direct")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	conformance.Fill(a.Buf[:4096], 5)
+	p0 := oneSided()
+	a.MustPostSend(t, w(1, 0), w(2, 64), w(3, 128), w(4, 192))
+	if got := oneSided() - p0; got != 4 {
+		t.Fatalf("%d of a list of 4 WRITEs went out from PostSend", got)
+	}
+	for _, id := range []uint64{1, 2, 3, 4} {
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), id, verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	if !bytes.Equal(b.Buf[:256], a.Buf[:256]) {
+		t.Fatal("the list's data was not placed")
+	}
+	// Carried out in PostSend, they never entered the send queue: they
+	// are counted all the same.
+	if c, err := a.QP.Counters(); err != nil {
+		t.Fatal(err)
+	} else if s := c.Sent[verbs.WRRDMAWrite]; s.Msgs < 5 || s.Bytes != 64*s.Msgs {
+		t.Fatalf("RDMA WRITE counters %+v, want 64 bytes each, at least 5", s)
+	}
+
+	// WRITE, SEND, WRITE: the second WRITE waits for the SEND.
+	b.MustPostRecv(t, b.Recv(9, 8192, 64))
+	p0 = oneSided()
+	a.MustPostSend(t, w(5, 256), a.Send(6, 512, 8), w(7, 320))
+	if got := oneSided() - p0; got != 1 {
+		t.Fatalf("%d WRITEs went out from PostSend, want 1 (the one before the SEND)", got)
+	}
+	for _, id := range []uint64{5, 6, 7} {
+		wc := conformance.Poll1(t, a.SendCQ)
+		if wc.WRID != id || wc.Status != verbs.WCSuccess {
+			t.Fatalf("completion %+v, want %d", wc, id)
+		}
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 9, verbs.WCSuccess, verbs.WCRecv)
+	if !bytes.Equal(b.Buf[256:384], a.Buf[256:384]) {
+		t.Fatal("WRITEs around the SEND were not placed")
+	}
+
+	// A bad request (an opcode the engine does not implement) stops the
+	// list at its index.
+	bad := w(10, 0)
+	bad.Opcode = verbs.WRBindMW
+	err := a.QP.PostSend([]verbs.SendWR{w(8, 384), w(9, 448), bad, w(11, 512)})
+	var pe *verbs.PostError
+	if !errors.As(err, &pe) || pe.Index != 2 || pe.WRID != 10 {
+		t.Fatalf("PostSend: %v, want a PostError at index 2", err)
+	}
+	for _, id := range []uint64{8, 9} {
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), id, verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	var wcs [4]verbs.WC
+	time.Sleep(10 * time.Millisecond)
+	if n, _ := a.SendCQ.Poll(wcs[:]); n != 0 {
+		t.Fatalf("%d completions after the refused request: %+v", n, wcs[:n])
 	}
 }

@@ -184,9 +184,10 @@ func (c *conn) lookup(rkey uint32) *remote {
 	return r
 }
 
-// askMap asks the peer for direct access to rkey and stalls the send queue
-// until the answer (installMap kicks it).
-func (c *conn) askMap(rkey uint32) engine.Result {
+// askMap asks the peer for direct access to rkey, once until the answer
+// (installMap records it and kicks the send queue). It reports false when
+// the socket failed (the connection then fails).
+func (c *conn) askMap(rkey uint32) bool {
 	c.remotes.mu.Lock()
 	asked := c.remotes.asking[rkey]
 	c.remotes.asking[rkey] = true
@@ -197,21 +198,25 @@ func (c *conn) askMap(rkey uint32) engine.Result {
 		binary.LittleEndian.PutUint32(b[4:], rkey)
 		if _, err := c.uc.Write(b[:]); err != nil {
 			c.fail(err)
-			return engine.Fail(verbs.WCWRFlushErr)
+			return false
 		}
+		c.sentSockMsg()
 	}
-	return engine.ResultStall
+	return true
 }
 
 // remap forgets a region the peer withdrew and asks again: it may have
 // been deregistered (the peer then refuses the access) or re-registered
-// under the same key.
+// under the same key. The send queue stalls until the answer.
 func (c *conn) remap(r *remote) engine.Result {
 	c.remotes.mu.Lock()
 	c.remotes.forget(c.remotes.rdma, r)
 	c.remotes.mu.Unlock()
 	c.out.last = nil
-	return c.askMap(r.rkey)
+	if !c.askMap(r.rkey) {
+		return engine.Fail(verbs.WCWRFlushErr)
+	}
+	return engine.ResultStall
 }
 
 // installMap takes the peer's answer to askMap, or its offer of a SEND

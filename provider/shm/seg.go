@@ -19,6 +19,7 @@ import (
 //	512   nak position, nak status, RNR position   (owner writes, peer reads)
 //	576   QP state, IRD, access flags, min_rnr_timer (owner writes, peer reads)
 //	592   the stamp keys of the request and response rings (owner writes at creation)
+//	640   socket messages the peer sent that want handling (peer adds, owner reads)
 //	4096  export slots, 8 bytes each
 //	...   request ring data, then response ring data
 const (
@@ -32,7 +33,11 @@ const (
 	offAccess = 584
 	offMinRNR = 588 // min_rnr_timer
 	offKeys   = 592 // the stamp keys of the request and response rings (owner writes at creation)
-	offSlots  = 4096
+	// offSockMsgs counts the socket messages the peer sent that ask for
+	// handling (mapping requests, answers and offers), so that an owner
+	// that busy-polls notices them without reading the socket (kickRx).
+	offSockMsgs = 640
+	offSlots    = 4096
 
 	stateOK  = 0
 	stateErr = 1 // the owner's QP is in ERR: it consumes nothing more

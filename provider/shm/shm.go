@@ -34,7 +34,12 @@
 // segment, which deregistration (or a Send with Invalidate) clears and
 // waits out, so no direct access starts after ibv_dereg_mr returned.
 // An access that fails those checks is not made: it goes the other way,
-// below, so that the target reports it as it would any remote error.
+// below, so that the target reports it as it would any remote error. Until
+// the mapping arrives, requests of up to 64 KiB go that way too (larger
+// ones wait for it); a target that busy-polls notices the request for a
+// mapping without waiting for the runtime's network poller (a count of
+// socket messages in its segment). The requests of one PostSend list to
+// one mapped region share the use count: it is taken once per list.
 //
 // Memory that is not a memfd (Go heap, mmap of a file) cannot be mapped by
 // another process: WRITEs to it travel through the request ring and are

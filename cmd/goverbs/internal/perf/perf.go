@@ -50,9 +50,18 @@ type Config struct {
 	// completion (perftest's cq_mod): only every CQMod-th is signaled, and
 	// its completion accounts for those before it. 0 or 1: every one.
 	CQMod int
+	// PostList is how many work requests a bandwidth test posts with one
+	// PostSend (perftest's post_list): a list shares the QP's lock and
+	// the transport's per-post work. 0 or 1: one at a time.
+	PostList int
 	// Warmup is the number of untimed iterations a latency test runs
 	// before its Iters timed ones (as ucx_perftest -w): the first exchanges
 	// pay for cold caches and first touches of pages, not the transport.
+	// write_bw and read_bw post that many requests per QP, and wait for
+	// them, before the clock starts (send_bw ignores it) (ucx_perftest's bandwidth tests warm
+	// up the same way): a run of a few milliseconds otherwise measures
+	// the connection's first use too (over shm, the mapping of the
+	// peer's memory).
 	Warmup int
 	// Source, when set, is the local address a client connects from
 	// (rdmacm.CreateIDFrom; RoCE: it chooses the device).
@@ -136,6 +145,9 @@ func (c *Config) Check() error {
 	}
 	if c.CQMod < 0 {
 		return fmt.Errorf("cq_mod %d", c.CQMod)
+	}
+	if c.PostList < 0 || c.PostList > 1<<16 {
+		return fmt.Errorf("post list %d (1 to 65536)", c.PostList)
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("duration %v", c.Duration)
@@ -429,7 +441,9 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		for i, s := range ss {
 			ks[i] = s.bwQP(&c)
 		}
-		r, err = bandwidth(ctx, &c, ks, Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters})
+		if err = warmUp(ctx, &c, ks); err == nil {
+			r, err = bandwidth(ctx, &c, ks, Result{Test: c.Test, Bytes: c.Size, Iters: c.Iters})
+		}
 	}
 	if err == nil {
 		r.Device = ss[0].id.Context().Device().Name()
@@ -753,6 +767,7 @@ type bwQP struct {
 
 	posted, done int
 	lastSig      bool // the last request posted was signaled
+	unsig        int  // requests posted unsignaled since the last signaled one
 }
 
 func (s *side) bwQP(c *Config) *bwQP {
@@ -763,12 +778,48 @@ func (s *side) bwQP(c *Config) *bwQP {
 	case "read_bw":
 		op = verbs.WRRDMARead
 	}
-	k := &bwQP{qp: s.id.QP(), scq: s.id.SendCQ(),
-		wr: []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}}}
+	k := &bwQP{qp: s.id.QP(), scq: s.id.SendCQ(), wr: make([]verbs.SendWR, max(c.PostList, 1))}
+	for i := range k.wr {
+		k.wr[i] = verbs.SendWR{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}
+	}
 	if op == verbs.WRRDMARead {
 		k.depth = 16 // the ORD negotiated
 	}
 	return k
+}
+
+// warmUp posts c.Warmup requests on each QP of a bandwidth test, up to the
+// send queue's depth at a time, and waits for them (Config.Warmup).
+// send_bw has none (every receive is posted before the run).
+func warmUp(ctx context.Context, c *Config, ks []*bwQP) error {
+	if c.Test == "send_bw" {
+		return nil
+	}
+	wc := make([]verbs.WC, 16)
+	for _, k := range ks {
+		depth := c.TxDepth
+		if k.depth > 0 {
+			depth = min(depth, k.depth)
+		}
+		wr := []verbs.SendWR{k.wr[0]}
+		for left := c.Warmup; left > 0; {
+			n := min(left, depth)
+			for i := range n {
+				wr[0].WRID, wr[0].Flags = 0, k.wr[0].Flags&^verbs.SendSignaled
+				if i == n-1 {
+					wr[0].Flags |= verbs.SendSignaled // its completion accounts for the others
+				}
+				if err := k.qp.PostSend(wr); err != nil {
+					return err
+				}
+			}
+			if err := spin(ctx, k.scq, wc); err != nil {
+				return err
+			}
+			left -= n
+		}
+	}
+	return nil
 }
 
 // deadlineClock is what a timed run's deadline is checked against (a test
@@ -787,6 +838,7 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 	// completions per twentieth of the run, for the peak
 	var marks []time.Duration
 	step := max(c.Iters*len(ks)/20, 1)
+	nextMark := step // the completion count of the next mark
 	start := time.Now()
 	last := start
 	total := 0
@@ -822,23 +874,45 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 			}
 			mod := max(1, min(c.CQMod, depth))
 			for k.posted-k.done < depth && (mayPost(k) || !k.lastSig && k.posted > k.done) {
-				if k.credit != nil && uint32(k.posted+1)-load32(k.credit) >= uint32(k.rxDepth) {
+				// A list of up to PostList requests, each as if posted
+				// alone.
+				m := 0
+				for m < len(k.wr) && k.posted+m-k.done < depth {
+					p := k.posted + m
+					more := !stop && (timed || p < c.Iters) // mayPost, at p
+					if !more && m > 0 {
+						break // the list's last request was the run's last, signaled
+					}
+					if k.credit != nil && uint32(p+1)-load32(k.credit) >= uint32(k.rxDepth) {
+						break
+					}
+					// Every mod-th request is signaled, and the last one:
+					// of the run, or (a timed run that stopped) one more,
+					// so that a completion accounts for every request
+					// posted. (A count, not p%mod: a division per request
+					// was a twentieth of an 8-byte WRITE's cost.)
+					sig := k.unsig+1 >= mod || !more || !timed && p+1 == c.Iters
+					k.unsig++
+					if sig {
+						k.unsig = 0
+					}
+					w := &k.wr[m]
+					w.WRID = uint64(p)
+					w.Flags &^= verbs.SendSignaled
+					if sig {
+						w.Flags |= verbs.SendSignaled
+					}
+					k.lastSig = sig
+					m++
+				}
+				if m == 0 {
 					break
 				}
-				// Every mod-th request is signaled, and the last one: of
-				// the run, or (a timed run that stopped) one more, so
-				// that a completion accounts for every request posted.
-				k.lastSig = (k.posted+1)%mod == 0 || !mayPost(k) || !timed && k.posted+1 == c.Iters
-				k.wr[0].WRID = uint64(k.posted)
-				k.wr[0].Flags &^= verbs.SendSignaled
-				if k.lastSig {
-					k.wr[0].Flags |= verbs.SendSignaled
-				}
-				if err := k.qp.PostSend(k.wr); err != nil {
+				if err := k.qp.PostSend(k.wr[:m]); err != nil {
 					return res, err
 				}
-				k.posted++
-				if moved += c.Size; moved >= lookBytes {
+				k.posted += m
+				if moved += m * c.Size; moved >= lookBytes {
 					if err := look(); err != nil {
 						return res, err
 					}
@@ -855,9 +929,10 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 				}
 				covered = max(covered, int(w.WRID)+1) // a completion accounts for the requests before it
 			}
-			for j := total + 1; j <= total+covered-k.done; j++ {
-				if j%step == 0 {
-					marks = append(marks, time.Since(start))
+			if total+covered-k.done >= nextMark {
+				now := time.Since(start)
+				for ; nextMark <= total+covered-k.done; nextMark += step {
+					marks = append(marks, now)
 				}
 			}
 			total += covered - k.done
