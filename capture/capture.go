@@ -327,30 +327,39 @@ func (r *Recorder) response(o *engine.CaptureOp, wr *verbs.SendWR, data []byte, 
 }
 
 func msgOpcode(op verbs.WROpcode, first, last bool) ib.Opcode {
-	send := op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRSendWithInv
-	switch {
-	case first && last && send:
-		return map[verbs.WROpcode]ib.Opcode{verbs.WRSend: ib.SendOnly, verbs.WRSendWithImm: ib.SendOnlyImm, verbs.WRSendWithInv: ib.SendOnlyInv}[op]
-	case first && last:
-		if op == verbs.WRRDMAWriteWithImm {
+	imm, inv := op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm, op == verbs.WRSendWithInv
+	if op == verbs.WRRDMAWrite || op == verbs.WRRDMAWriteWithImm {
+		switch {
+		case first && last && imm:
 			return ib.WriteOnlyImm
-		}
-		return ib.WriteOnly
-	case first && send:
-		return ib.SendFirst
-	case first:
-		return ib.WriteFirst
-	case last && send:
-		return map[verbs.WROpcode]ib.Opcode{verbs.WRSend: ib.SendLast, verbs.WRSendWithImm: ib.SendLastImm, verbs.WRSendWithInv: ib.SendLastInv}[op]
-	case last:
-		if op == verbs.WRRDMAWriteWithImm {
+		case first && last:
+			return ib.WriteOnly
+		case first:
+			return ib.WriteFirst
+		case last && imm:
 			return ib.WriteLastImm
+		case last:
+			return ib.WriteLast
 		}
-		return ib.WriteLast
-	case send:
-		return ib.SendMiddle
+		return ib.WriteMiddle
 	}
-	return ib.WriteMiddle
+	switch {
+	case first && last && imm:
+		return ib.SendOnlyImm
+	case first && last && inv:
+		return ib.SendOnlyInv
+	case first && last:
+		return ib.SendOnly
+	case first:
+		return ib.SendFirst
+	case last && imm:
+		return ib.SendLastImm
+	case last && inv:
+		return ib.SendLastInv
+	case last:
+		return ib.SendLast
+	}
+	return ib.SendMiddle
 }
 
 func ud(op verbs.WROpcode) ib.Opcode {

@@ -155,22 +155,10 @@ func Example_readme() {
 // A QP's counters, as a NIC's per-QP counters: what completed, by opcode,
 // with its bytes.
 func ExampleQP_Counters() {
-	dev := loop.AddDevice("example-counters")
-	ctx, _ := verbs.OpenDevice(dev)
+	ctx, pd, cq, a, _ := pair()
 	defer ctx.Close()
-	pd, _ := ctx.AllocPD()
-	defer pd.Dealloc()
-	buf := make([]byte, 4096)
-	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mr, _ := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	defer mr.Dereg()
-	cq, _ := ctx.CreateCQ(16, nil)
-	defer cq.Destroy()
-	cap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	a, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: cap})
-	b, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: cap})
-	defer a.Destroy()
-	defer b.Destroy()
-	loop.Connect(a, b)
 	for i := range 3 {
 		a.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGList: []verbs.SGE{mr.SGE(0, 100)}, RemoteAddr: mr.Addr() + 2048, RKey: mr.RKey()}})
