@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,8 +278,16 @@ func TestDemoRuns(t *testing.T) {
 // A result names the provider and the device it was measured on, in the
 // table's heading and in every JSON line.
 func TestResultsNameProviderAndDevice(t *testing.T) {
-	// shm0's socket is named after the port: one of this process's own.
-	port := strconv.Itoa(20000 + os.Getpid()%20000)
+	// shm0's socket is named after the port: one of this process's own,
+	// below Linux's ephemeral range (32768-60999) so that no connection of
+	// a test running alongside holds it, and free now.
+	port := ""
+	for p := 20000 + os.Getpid()%12000; port == ""; p = 20000 + (p-19999)%12000 {
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			port = strconv.Itoa(p)
+		}
+	}
 	for _, c := range []struct{ dev, prov string }{{"iwarp0", "iwarp"}, {"shm0", "shm"}} {
 		var code int
 		out := capture(t, func() {

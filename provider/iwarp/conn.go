@@ -189,6 +189,29 @@ func (c *conn) close(err error, term []byte) {
 	})
 }
 
+// linger lets the Terminate reach a peer that is still sending: closing a
+// socket with unread bytes makes Linux send a reset, and the peer's kernel
+// then drops what it had not delivered yet, the Terminate included. So the
+// write side is shut (the Terminate goes out followed by a FIN) and what
+// the peer still sends is read and discarded until it closes too or the
+// deadline close set passes, so a hostile peer holds the socket no longer
+// than a slow reader would. It reports whether the receive goroutine has
+// ended.
+func (c *conn) linger() bool {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return false
+	}
+	c.nc.SetReadDeadline(time.Now().Add(2 * time.Second)) // also ends a receive goroutine that waits for bytes
+	<-c.rxDone
+	var buf [4096]byte
+	for {
+		if _, err := c.nc.Read(buf[:]); err != nil {
+			return true
+		}
+	}
+}
+
 // fail closes the connection for err and moves the QP to ERR (flushing it),
 // raising ev when ev is non-nil.
 func (c *conn) fail(err error, term []byte, ev *verbs.EventType) {
@@ -227,8 +250,11 @@ func (c *conn) txLoop() {
 			// The Terminate follows whole FPDUs only: the rest of a message
 			// goes first, if the socket takes it before the deadline that
 			// close set.
+			lingered := false
 			if c.term != nil && (len(c.tx.rest) == 0 || c.wait() == nil) {
-				c.nc.Write(c.term)
+				if _, err := c.nc.Write(c.term); err == nil {
+					lingered = c.linger()
+				}
 			}
 			c.tx.rest, c.tx.restW = nil, nil
 			if c.su.nudge != nil {
@@ -239,7 +265,9 @@ func (c *conn) txLoop() {
 				c.su.hold.Stop()
 			}
 			c.nc.Close()
-			<-c.rxDone
+			if !lingered {
+				<-c.rxDone
+			}
 			return
 		}
 	}

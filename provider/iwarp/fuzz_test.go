@@ -159,6 +159,7 @@ func FuzzReceive(f *testing.F) {
 		if err := <-drained; !isClosed(err) {
 			t.Fatalf("goverbs did not close the connection: %v (conn error %v)", err, r.conn.Err())
 		}
+		r.raw.nc.Close() // goverbs lingers after a Terminate until the peer closes
 		waitDone(t, r.conn)
 		conformance.WaitState(t, s.QP, verbs.QPSErr)
 

@@ -1,7 +1,9 @@
 package iwarp_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"net"
 	"runtime"
 	"testing"
@@ -103,4 +105,66 @@ func TestSilentAndSlowInitiatorsDoNotBlockOthers(t *testing.T) {
 			t.Fatalf("stalled initiator %d (silent: %v) was not dropped after AcceptTimeout", i, i < silent)
 		}
 	}
+}
+
+// TestMaximalIRDORDOffer: an initiator that offers the largest IRD and ORD
+// MPA v2 can carry (16,383 each) to an application that asks for even more
+// gets at most the device's 128, and its Read Requests beyond what goverbs
+// granted end in a Terminate instead of a queue that grows with the offer.
+// The peer never reads the responses, so they pile up as they would with a
+// hostile reader.
+func TestMaximalIRDORDOffer(t *testing.T) {
+	leakcheck.Check(t)
+	const size = 1 << 20
+	r := startResponder(t, respOpts{ird: wire.MPAMaxIRDORD, ord: wire.MPAMaxIRDORD,
+		accept: iwarp.Params{IRD: 1 << 20, ORD: 1 << 20}, pairOpts: conformance.PairOpts{BufSize: size}})
+	if r.reply.IRD > 128 || r.reply.ORD > 128 {
+		t.Fatalf("MPA Reply grants IRD %d ORD %d, want at most 128", r.reply.IRD, r.reply.ORD)
+	}
+	if ird := r.conn.IRD(); ird > 128 || ird < 1 {
+		t.Fatalf("negotiated IRD %d, want 1..128", ird)
+	}
+	s := r.side
+	var reqs [][]byte
+	for msn := range uint32(wire.MPAMaxIRDORD) {
+		reqs = append(reqs, fin(readReqMsg(msn+1, wire.ReadRequestFields{SinkSTag: 0x1234, Size: size,
+			SrcSTag: s.MR.RKey(), SrcTO: s.MR.RemoteAddr(0)}), r.raw.crc))
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		r.raw.nc.SetWriteDeadline(time.Now().Add(guard))
+		_, err := r.raw.nc.Write(bytes.Join(reqs, nil))
+		wrote <- err // goverbs may close before it took everything
+	}()
+	// Read what goverbs sends (Read Responses, then the Terminate).
+	responses := 0
+	for {
+		f, err := r.raw.readFPDU()
+		if err != nil {
+			t.Fatalf("after %d Read Responses, no Terminate: %v", responses, err)
+		}
+		h := wire.Header(f[:wire.MPALenLen+int(binary.BigEndian.Uint16(f))])
+		if h.Opcode() == wire.OpTerminate {
+			info, err := wire.ParseTerminate(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicStream)
+			if info.RFC.Cause != want {
+				t.Fatalf("Terminate cause %v, want %v (more Read Requests than IRD)", info.RFC.Cause, want)
+			}
+			break
+		}
+		if h.Opcode() == wire.OpReadResponse && h.Last() {
+			responses++
+		}
+	}
+	if responses >= wire.MPAMaxIRDORD {
+		t.Fatalf("goverbs answered all %d Read Requests of an IRD-%d connection", responses, r.conn.IRD())
+	}
+	r.raw.nc.Close()
+	<-wrote
+	waitDone(t, r.conn)
+	conformance.WaitState(t, s.QP, verbs.QPSErr)
+	t.Logf("negotiated IRD %d; %d of %d Read Responses sent before the Terminate", r.conn.IRD(), responses, wire.MPAMaxIRDORD)
 }

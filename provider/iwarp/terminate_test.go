@@ -106,7 +106,7 @@ func isClosed(err error) bool {
 }
 
 // expectClosed checks that goverbs closes the connection without sending
-// anything more.
+// anything more, then closes the raw end.
 func (p *rawPeer) expectClosed(t testing.TB) {
 	t.Helper()
 	p.nc.SetReadDeadline(time.Now().Add(guard))
@@ -118,6 +118,7 @@ func (p *rawPeer) expectClosed(t testing.TB) {
 	if !isClosed(err) {
 		t.Fatalf("goverbs did not close the connection: read error %v", err)
 	}
+	p.nc.Close() // as a real peer does; goverbs lingers until then
 }
 
 // readTerminate reads the next FPDU and checks that it is a well-formed
@@ -193,7 +194,7 @@ func startResponder(t testing.TB, o respOpts) *responder {
 		ch <- res{c, err}
 	}()
 	raw := dialRaw(t, ln.Addr().String())
-	req, err := wire.NewRequest(wire.Local{IRD: o.ird, ORD: o.ord, CRC: o.crc})
+	req, err := wire.NewRequest(wire.Local{IRD: o.ird, ORD: o.ord, Max: wire.MPAMaxIRDORD, CRC: o.crc})
 	if err != nil {
 		t.Fatal(err)
 	}
