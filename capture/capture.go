@@ -1,9 +1,19 @@
 // Package capture records goverbs' RDMA traffic to a pcapng file that
-// Wireshark and tshark open and decode with their InfiniBand dissector
-// (RoCEv2: UDP port 4791), for every provider:
+// Wireshark and tshark open and decode, for every provider:
 //
-//   - roce: the datagrams as they are on the wire, sent and received;
-//   - loop, shm and iwarp: RoCEv2 packets synthesized from the operations
+//   - roce: the datagrams as they are on the wire, sent and received
+//     (InfiniBand dissector, RoCEv2 on UDP port 4791);
+//   - iwarp: each connection's TCP stream as it is on the wire, MPA
+//     Request and Reply, then FPDUs with their CRC (Wireshark's MPA,
+//     DDP and RDMAP dissectors), one TCP segment per frame, with a
+//     synthesized TCP handshake where the recording first sees a
+//     connection and a FIN where a goverbs end closes it. What a goverbs
+//     end writes is recorded as it writes it, what it reads once an FPDU
+//     has been read whole and passed its checks (an FPDU refused with a
+//     Terminate is not in the file, the Terminate is). A connection
+//     already running when the recording starts begins mid-stream, which
+//     Wireshark's MPA dissector cannot decode.
+//   - loop and shm: RoCEv2 packets synthesized from the operations
 //     the engine carries out, as a RoCE wire would have carried them:
 //     SEND/WRITE first/middle/last/only (with immediate data and
 //     invalidate), READ requests and responses, atomics and their
@@ -12,7 +22,6 @@
 //     QP; a QP's addresses are its GID's (IPv4-mapped GIDs as they are,
 //     others as 10.x.y.z from the GID's last three bytes, 10.255.255.254
 //     when the QP has no address vector); the payload is the real data.
-//     (iWARP's own frames are a TCP stream; they are not what is shown.)
 //
 // A recording is turned on for the process by Start, or by the
 // environment variable GOVERBS_CAPTURE=FILE in a program that links this
@@ -33,6 +42,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -50,7 +60,9 @@ type Recorder struct {
 	p       *pcapWriter
 	f       *os.File // when Start opened it
 	psn     map[qpKey]uint32
-	each    bool // flush after every packet (a recording nobody stops)
+	streams map[streamKey]*tcpStream // iWARP connections
+	closed  []streamKey              // streams a goverbs end closed, oldest first
+	each    bool                     // flush after every packet (a recording nobody stops)
 	packets atomic.Uint64
 	stopped bool
 }
@@ -72,7 +84,7 @@ func Start(path string, o Options) (*Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	r := &Recorder{opts: o, p: newPcapWriter(f), f: f, psn: map[qpKey]uint32{}}
+	r := &Recorder{opts: o, p: newPcapWriter(f), f: f, psn: map[qpKey]uint32{}, streams: map[streamKey]*tcpStream{}}
 	if !active.CompareAndSwap(nil, r) {
 		f.Close()
 		os.Remove(path)
@@ -80,6 +92,7 @@ func Start(path string, o Options) (*Recorder, error) {
 	}
 	engine.SetCaptureHook(r.op)
 	roce.SetCapture(r.datagram)
+	iwarp.SetCapture(r.stream)
 	return r, nil
 }
 
@@ -97,6 +110,7 @@ func (r *Recorder) Stop() error {
 	r.mu.Unlock()
 	engine.SetCaptureHook(nil)
 	roce.SetCapture(nil)
+	iwarp.SetCapture(nil)
 	active.CompareAndSwap(r, nil)
 	r.mu.Lock()
 	defer r.mu.Unlock()

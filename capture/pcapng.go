@@ -79,6 +79,40 @@ func (p *pcapWriter) udp(t time.Time, src, dst netip.AddrPort, id uint16, pkt []
 	p.packet(t, b)
 }
 
+// tcp writes an IPv4 TCP segment (no options, checksums computed).
+func (p *pcapWriter) tcp(t time.Time, src, dst netip.AddrPort, seq, ack uint32, flags byte, payload []byte) {
+	n := 20 + 20 + len(payload)
+	b := append(p.pkt[:0], make([]byte, 40)...)
+	b[0] = 0x45
+	binary.BigEndian.PutUint16(b[2:], uint16(n))
+	b[6] = 0x40 // don't fragment
+	b[8] = 64
+	b[9] = 6
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(b[12:16], s4[:])
+	copy(b[16:20], d4[:])
+	binary.BigEndian.PutUint16(b[10:], ipChecksum(b[:20]))
+	h := b[20:]
+	binary.BigEndian.PutUint16(h[0:], src.Port())
+	binary.BigEndian.PutUint16(h[2:], dst.Port())
+	binary.BigEndian.PutUint32(h[4:], seq)
+	binary.BigEndian.PutUint32(h[8:], ack)
+	h[12] = 5 << 4
+	h[13] = flags
+	binary.BigEndian.PutUint16(h[14:], 0xFFFF)
+	b = append(b, payload...)
+	// The checksum covers a pseudo-header of the addresses, protocol and
+	// length, then the segment.
+	var ph [12]byte
+	copy(ph[0:4], s4[:])
+	copy(ph[4:8], d4[:])
+	ph[9] = 6
+	binary.BigEndian.PutUint16(ph[10:], uint16(n-20))
+	binary.BigEndian.PutUint16(b[36:], ^fold(sum16(ph[:])+sum16(b[20:])))
+	p.pkt = b
+	p.packet(t, b)
+}
+
 // packet writes one enhanced packet block.
 func (p *pcapWriter) packet(t time.Time, data []byte) {
 	le := binary.LittleEndian
@@ -107,15 +141,26 @@ func (p *pcapWriter) flush() error {
 	return p.err
 }
 
-func ipChecksum(h []byte) uint16 {
+func ipChecksum(h []byte) uint16 { return ^fold(sum16(h)) }
+
+// sum16 adds b as big-endian 16-bit words (an odd last byte padded with 0).
+func sum16(b []byte) uint32 {
 	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
 	}
+	if len(b)&1 != 0 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	return s
+}
+
+// fold folds a sum of 16-bit words into one's complement 16 bits.
+func fold(s uint32) uint16 {
 	for s>>16 != 0 {
 		s = s&0xFFFF + s>>16
 	}
-	return ^uint16(s)
+	return uint16(s)
 }
 
 // icrc completes a synthesized RoCE packet with its ICRC.

@@ -6,11 +6,11 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// Packet capture of devices without a wire of their own (loop, shm, and
-// iWARP, whose frames are a TCP stream): the engine shows a hook each send
-// request as it goes out and as it completes, and the hook synthesizes the
-// packets a RoCE wire would carry. A device whose transport captures its
-// real packets (roce) sets Config.OwnCapture.
+// Packet capture of devices without a wire of their own (loop, shm): the
+// engine shows a hook each send request as it goes out and as it
+// completes, and the hook synthesizes the packets a RoCE wire would carry.
+// A device whose transport captures its real packets or stream (roce,
+// iwarp) sets Config.OwnCapture.
 
 // CaptureOp is a send request as capture sees it.
 type CaptureOp struct {

@@ -184,13 +184,16 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	stop := context.AfterFunc(dctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	frame, _ := wire.AppendMPA(nil, &req)
-	if _, err := nc.Write(frame); err != nil {
+	if err := writeFrame(nc, ep.Num(), frame); err != nil {
 		if e := ended("sending the MPA Request to "+addr, err); e != nil {
 			return fail(e)
 		}
 		return fail(fmt.Errorf("%w: sending the MPA Request: %w", cm.ErrUnreachable, err))
 	}
 	reply, raw, err := readMPA(nc, true)
+	if err == nil {
+		captureIn(nc, ep.Num(), [][]byte{raw})
+	}
 	if err != nil {
 		if e := ended("no MPA Reply from "+addr, err); e != nil {
 			return fail(e)
@@ -202,7 +205,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 			return fail(&cm.RejectedError{Reason: "connection closed before the MPA Reply", Err: err})
 		}
 		if te := wire.MPATerm(err); te != nil {
-			sendTerm(nc, *te)
+			sendTerm(nc, ep.Num(), *te)
 		}
 		return fail(fmt.Errorf("iwarp: bad MPA Reply: %w", err))
 	}
@@ -213,11 +216,10 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	n, err := wire.NegotiateInitiator(req, reply, local)
 	if err != nil {
 		if te := wire.MPATerm(err); te != nil {
-			sendTerm(nc, *te)
+			sendTerm(nc, ep.Num(), *te)
 		}
 		return fail(fmt.Errorf("iwarp: MPA negotiation: %w", err))
 	}
-	_ = raw
 	nc.SetDeadline(time.Time{})
 	c := newConn(ep, nc, n, ext, false, append([]byte(nil), reply.Private...), cfg)
 	if err := establish(ep, c, n); err != nil {
@@ -258,12 +260,12 @@ func isTimeout(err error) bool {
 }
 
 // sendTerm sends a Terminate on a connection that failed during setup.
-func sendTerm(nc net.Conn, cause wire.TermError) {
+func sendTerm(nc net.Conn, qpn uint32, cause wire.TermError) {
 	t := wire.TerminateFor(1, cause, nil)
 	b, _ := wire.AppendTerminate(nil, &t)
 	b = wire.FinishFPDU(b, 0, false)
 	nc.SetWriteDeadline(time.Now().Add(time.Second))
-	nc.Write(b)
+	writeFrame(nc, qpn, b)
 }
 
 // readMPA reads exactly one MPA frame (so that an FPDU following it stays in
@@ -322,7 +324,7 @@ func (l *Listener) Close() error {
 // AcceptTimeout; a valid one goes to Next.
 func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 	nc.SetReadDeadline(time.Now().Add(l.cfg.AcceptTimeout))
-	req, _, err := readMPA(nc, false)
+	req, raw, err := readMPA(nc, false)
 	if err != nil {
 		// A malformed request (markers, a short enhanced block) gets a
 		// rejecting Reply where siw sends one; anything else is dropped.
@@ -330,7 +332,8 @@ func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 			if rep, ok := wire.RejectReply(req, nil); ok {
 				b, _ := wire.AppendMPA(nil, &rep)
 				nc.SetWriteDeadline(time.Now().Add(time.Second))
-				nc.Write(b)
+				captureIn(nc, 0, [][]byte{raw})
+				writeFrame(nc, 0, b)
 			}
 		}
 		nc.Close()
@@ -339,14 +342,15 @@ func (l *Listener) handshake(nc net.Conn) (*Request, bool) {
 	if req.Markers {
 		if rep, ok := wire.RejectReply(req, nil); ok {
 			b, _ := wire.AppendMPA(nil, &rep)
-			nc.Write(b)
+			captureIn(nc, 0, [][]byte{raw})
+			writeFrame(nc, 0, b)
 		}
 		nc.Close()
 		return nil, false
 	}
 	nc.SetReadDeadline(time.Time{})
 	ext := hasExt(&req)
-	return &Request{l: l, nc: nc, req: req, ext: ext, pdata: append([]byte(nil), req.Private...)}, true
+	return &Request{l: l, nc: nc, req: req, raw: raw, ext: ext, pdata: append([]byte(nil), req.Private...)}, true
 }
 
 // Accept waits for the next valid connection request.
@@ -357,6 +361,7 @@ type Request struct {
 	l        *Listener
 	nc       net.Conn
 	req      wire.MPAFrame
+	raw      []byte // the Request as it came, for the capture
 	pdata    []byte
 	ext      bool
 	answered bool
@@ -406,6 +411,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 		return nil, err
 	}
 	cfg := r.l.cfg
+	captureIn(r.nc, ep.Num(), [][]byte{r.raw})
 	local := wire.Local{IRD: clampIRDORD(p.IRD), ORD: clampIRDORD(p.ORD), Max: maxIRDORD, CRC: cfg.CRC, Private: p.PrivateData}
 	reply, n, err := wire.NegotiateResponder(r.req, local)
 	ext := r.Extensions()
@@ -416,7 +422,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if err != nil || aerr != nil {
 		if reply.Reject && aerr == nil {
 			r.nc.SetWriteDeadline(time.Now().Add(time.Second))
-			r.nc.Write(b)
+			writeFrame(r.nc, ep.Num(), b)
 		}
 		r.nc.Close()
 		if err == nil {
@@ -425,7 +431,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 		return nil, fmt.Errorf("iwarp: accept: %w", err)
 	}
 	r.nc.SetWriteDeadline(time.Now().Add(cfg.ConnectTimeout))
-	if _, err := r.nc.Write(b); err != nil {
+	if err := writeFrame(r.nc, ep.Num(), b); err != nil {
 		r.nc.Close()
 		return nil, fmt.Errorf("iwarp: sending the MPA Reply: %w", err)
 	}
@@ -453,8 +459,8 @@ func (r *Request) Reject(privateData []byte) error {
 		return fmt.Errorf("%w: %v", verbs.ErrInvalid, err)
 	}
 	r.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	_, err = r.nc.Write(b)
-	return err
+	captureIn(r.nc, 0, [][]byte{r.raw})
+	return writeFrame(r.nc, 0, b)
 }
 
 // markExt marks a goverbs frame: both RTR offers (C and D) without the P2P

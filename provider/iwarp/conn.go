@@ -252,10 +252,11 @@ func (c *conn) txLoop() {
 			// close set.
 			lingered := false
 			if c.term != nil && (len(c.tx.rest) == 0 || c.wait() == nil) {
-				if _, err := c.nc.Write(c.term); err == nil {
+				if writeFrame(c.nc, c.ep.Num(), c.term) == nil {
 					lingered = c.linger()
 				}
 			}
+			captureOut(c.nc, c.ep.Num(), nil)
 			c.tx.rest, c.tx.restW = nil, nil
 			if c.su.nudge != nil {
 				c.su.nudge.Stop()

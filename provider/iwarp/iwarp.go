@@ -192,10 +192,11 @@ type Params struct {
 const maxIRDORD = 128
 
 var dev = engine.NewDevice(engine.Config{
-	Name:      DeviceName,
-	GUID:      0x0200_5eff_fe77_0001,
-	NodeType:  verbs.NodeRNIC,
-	Transport: verbs.TransportIWARP,
+	OwnCapture: true, // package capture records the TCP stream (SetCapture)
+	Name:       DeviceName,
+	GUID:       0x0200_5eff_fe77_0001,
+	NodeType:   verbs.NodeRNIC,
+	Transport:  verbs.TransportIWARP,
 	// A link-local GID from the GUID, as an RNIC derives one from its MAC.
 	GID: verbs.GID{0xfe, 0x80, 6: 0, 8: 0x02, 9: 0x00, 10: 0x5e, 11: 0xff, 12: 0xfe, 13: 0x77, 14: 0x00, 15: 0x01},
 	Attr: verbs.DeviceAttr{

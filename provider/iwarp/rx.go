@@ -65,6 +65,9 @@ type rxSide struct {
 	dstBuf  [][]byte // backing store of dst
 	left    int
 	discard bool
+	// capture: the current FPDU's payload as read (only while recording)
+	cap     bool
+	capBuf  []byte
 	term    [128]byte // a Terminate's attached headers
 	termLen int
 
@@ -272,6 +275,18 @@ func (c *conn) pump(fd int, drain bool) error {
 			if err := s.fill(fd, hl); err != nil {
 				return err
 			}
+			if s.cap = captureFn.Load() != nil; s.cap {
+				s.capBuf = s.capBuf[:0]
+				if f := wire.FPDULen(s.ulen); herr == nil && f == hl+wire.TrailerLen(s.ulen) && f <= len(s.buf) {
+					// No payload: the FPDU is recorded whole before it
+					// acts (a Read Request's response must not precede it).
+					if err := s.fill(fd, f); err != nil {
+						return err
+					}
+					captureIn(c.nc, c.ep.Num(), [][]byte{s.buf[s.r : s.r+f]})
+					s.cap = false
+				}
+			}
 			s.h = wire.Header(s.hdr[:hl])
 			copy(s.h, s.buf[s.r:s.r+hl])
 			s.r += hl
@@ -298,6 +313,9 @@ func (c *conn) pump(fd int, drain bool) error {
 					c.terminate(wire.TermMPA(wire.MPACRCError), nil, nil, "CRC mismatch")
 					return errStop
 				}
+			}
+			if s.cap {
+				captureIn(c.nc, c.ep.Num(), [][]byte{s.h, s.capBuf, t})
 			}
 			s.phase = phHeader
 			if !c.rx.any.Load() {
@@ -331,6 +349,9 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 			if c.crc {
 				s.crc.Update(s.buf[s.r : s.r+k])
 			}
+			if s.cap {
+				s.capBuf = append(s.capBuf, s.buf[s.r:s.r+k]...)
+			}
 			s.r += k
 			s.left -= k
 			continue
@@ -358,6 +379,9 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 		}
 		if c.crc {
 			s.crc.Update(d[:k])
+		}
+		if s.cap {
+			s.capBuf = append(s.capBuf, d[:k]...)
 		}
 		s.left -= k
 		if k == len(d) {

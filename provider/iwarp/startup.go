@@ -27,6 +27,7 @@ func (c *conn) sendNudge() error {
 	wire.PutTagged(b, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
 	c.tx.iov = append(c.tx.iov[:0], wire.FinishFPDU(b, 0, c.crc))
 	c.tx.rest = c.tx.iov
+	c.record(c.tx.iov)
 	return c.wait()
 }
 

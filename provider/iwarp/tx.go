@@ -159,6 +159,7 @@ func (c *conn) releaseTx(done *engine.WQE, seq uint64) {
 // does not take stays in c.tx.rest, and the transmit goroutine is woken to
 // write it. c.tx.mu is held.
 func (c *conn) put(iov [][]byte) error {
+	c.record(iov)
 	c.tx.iov, c.tx.rest, c.tx.werr = iov, iov, nil
 	raceRelease()
 	err := c.raw.Control(c.tx.writeFn)
@@ -353,6 +354,7 @@ func (c *conn) sendResponses() error {
 			}
 			c.tx.iov = c.response(&r)
 			c.tx.rest = c.tx.iov
+			c.record(c.tx.iov)
 			err = c.wait()
 		}
 		c.releaseTx(done, seq)
