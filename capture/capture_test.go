@@ -183,7 +183,7 @@ func TestTsharkDecodesIWARPStream(t *testing.T) {
 				// SEND of 100 bytes, SEND of 12 KiB, READ Request.
 				{"iwarp_rdma.opcode == 3 && iwarp_ddp.last_flag == 1", 2},
 				{"iwarp_rdma.opcode == 0 && iwarp_ddp.last_flag == 1", 1}, // WRITE
-				{"iwarp_rdma.opcode == 1", 1},                            // READ Request
+				{"iwarp_rdma.opcode == 1", 1},                             // READ Request
 				{"iwarp_rdma.opcode == 2 && iwarp_ddp.last_flag == 1", 1}, // READ Response
 				{"tcp.flags.syn == 1 && tcp.flags.ack == 0", 1},
 				{"tcp.flags.fin == 1", 2},
