@@ -28,6 +28,13 @@
 //     event EventQPFatal, ERR, the request and everything after it flushed,
 //     and the connection ends (the peer sees a disconnect).
 //   - Disconnect: as KillQP without the event.
+//   - FailRecv: an incoming message finds its receive failing as if its
+//     buffers were too small (Rule.Status LOC_LEN_ERR) or not writable
+//     (LOC_PROT_ERR): the receive completes with that status, the
+//     responder's QP moves to ERR and flushes, and the sender hears what
+//     its transport says of a real one (over the IB transports and shm, a
+//     NAK: the SEND completes with REM_INV_REQ_ERR or REM_OP_ERR; over
+//     iWARP, a Terminate and the connection's end).
 //   - RefuseConnect: a listener rejects the connection request before the
 //     application's GetRequest sees it; the dialer gets ErrRejected.
 //   - WireDrop, WireDup, WireReorder: a RoCE datagram is lost, delivered
@@ -35,7 +42,7 @@
 //     retransmission, duplicate detection and sequence NAKs do the rest.
 //
 // Only one plan is active at a time. With none, the cost is one atomic load
-// per send request.
+// per send request and per receive consumed.
 package faults
 
 import (
@@ -71,10 +78,11 @@ const (
 	WireDrop
 	WireDup
 	WireReorder
+	FailRecv
 )
 
 var actionNames = [...]string{Fail: "fail", Delay: "delay", KillQP: "kill", Disconnect: "disconnect",
-	RefuseConnect: "refuse", WireDrop: "drop", WireDup: "dup", WireReorder: "reorder"}
+	RefuseConnect: "refuse", WireDrop: "drop", WireDup: "dup", WireReorder: "reorder", FailRecv: "failrecv"}
 
 func (a Action) String() string {
 	if a > 0 && int(a) < len(actionNames) {
@@ -86,21 +94,32 @@ func (a Action) String() string {
 // onRequest reports whether the action applies to send requests.
 func (a Action) onRequest() bool { return a >= Fail && a <= Disconnect }
 
+// onQP reports whether the action applies to a QP's requests or receives
+// (counted per QP, so reproducible).
+func (a Action) onQP() bool { return a.onRequest() || a == FailRecv }
+
+// onWire reports whether the action applies to RoCE datagrams.
+func (a Action) onWire() bool { return a >= WireDrop && a <= WireReorder }
+
 // Rule says which events an action hits.
 type Rule struct {
 	Action Action
-	Status verbs.WCStatus // Fail: the status (not success, not WR_FLUSH_ERR)
-	Delay  time.Duration  // Delay: how long
+	// Fail: the status (not success, not WR_FLUSH_ERR); FailRecv:
+	// WCLocLenErr or WCLocProtErr.
+	Status verbs.WCStatus
+	Delay  time.Duration // Delay: how long
 
-	// Which send requests (Fail, Delay, KillQP, Disconnect): those of the
-	// device named Device ("": every device), of the QP numbered QPNum (0:
-	// every QP), with one of Opcodes (none: every opcode).
+	// Which send requests (Fail, Delay, KillQP, Disconnect) or receives
+	// (FailRecv): those of the device named Device ("": every device), of
+	// the QP numbered QPNum (0: every QP), and for send requests with one
+	// of Opcodes (none: every opcode).
 	Device  string
 	QPNum   uint32
 	Opcodes []verbs.WROpcode
 
-	// Nth hits the Nth matching request of each QP (for send requests) or
-	// the Nth event of the process (connection requests, datagrams),
+	// Nth hits the Nth matching request or receive of each QP (send
+	// requests, receives) or the Nth event of the process (connection
+	// requests, datagrams),
 	// counting from 1; 0 means Fraction instead: that fraction of them,
 	// chosen by the plan's seed.
 	Nth      int
@@ -122,7 +141,9 @@ type Fired struct {
 	Action Action
 	// Device, QPOrd (the QP's creation order on the device, from 1), QPNum,
 	// Seq (the request's posting order on its QP, from 1), WRID, Opcode and
-	// Status are the send request's; for connection and wire faults, Seq is
+	// Status are the send request's; for a receive (FailRecv), Seq is the
+	// order in which the QP's incoming messages consumed receives, WRID
+	// the receive's, Opcode zero; for connection and wire faults, Seq is
 	// the event's number in the process.
 	Device string
 	QPOrd  uint64
@@ -142,6 +163,8 @@ func (f Fired) String() string {
 			s += " -> " + f.Status.Name()
 		}
 		return s
+	case f.Action == FailRecv:
+		return fmt.Sprintf("rule %d %v: %s QP #%d receive %d (wr_id %d) -> %s", f.Rule, f.Action, f.Device, f.QPOrd, f.Seq, f.WRID, f.Status.Name())
 	case f.Action == RefuseConnect:
 		return fmt.Sprintf("rule %d %v: connection request %d", f.Rule, f.Action, f.Seq)
 	}
@@ -182,12 +205,16 @@ func Inject(plan Plan) (*Injector, error) {
 	if !active.CompareAndSwap(nil, in) {
 		return nil, ErrActive
 	}
-	var wire, refuse bool
+	var wire, refuse, recv bool
 	for _, r := range plan.Rules {
-		wire = wire || r.Action >= WireDrop
+		wire = wire || r.Action.onWire()
 		refuse = refuse || r.Action == RefuseConnect
+		recv = recv || r.Action == FailRecv
 	}
 	engine.SetFaultHook(in.request)
+	if recv {
+		engine.SetRecvFaultHook(in.receive)
+	}
 	if refuse {
 		cm.SetRefuseHook(in.refuse)
 	}
@@ -199,10 +226,14 @@ func Inject(plan Plan) (*Injector, error) {
 
 func (r *Rule) check() error {
 	switch {
-	case r.Action < Fail || r.Action > WireReorder:
+	case r.Action < Fail || r.Action > FailRecv:
 		return fmt.Errorf("unknown action %d", r.Action)
 	case r.Action == Fail && (r.Status == verbs.WCSuccess || r.Status == verbs.WCWRFlushErr):
 		return fmt.Errorf("fail needs an error status other than WR_FLUSH_ERR (which follows it), not %v", r.Status.Name())
+	case r.Action == FailRecv && r.Status != verbs.WCLocLenErr && r.Status != verbs.WCLocProtErr:
+		return fmt.Errorf("failrecv needs LOC_LEN_ERR or LOC_PROT_ERR (how a receive fails), not %v", r.Status.Name())
+	case r.Action == FailRecv && len(r.Opcodes) > 0:
+		return errors.New("failrecv takes no opcodes")
 	case r.Action == Delay && r.Delay <= 0:
 		return errors.New("delay needs a positive Delay")
 	case r.Nth < 0 || r.Limit < 0:
@@ -220,6 +251,7 @@ func (in *Injector) Stop() {
 		return
 	}
 	engine.SetFaultHook(nil)
+	engine.SetRecvFaultHook(nil)
 	cm.SetRefuseHook(nil)
 	if in.restore != nil {
 		in.restore()
@@ -236,18 +268,27 @@ func (in *Injector) Fired() []Fired {
 	out := slices.Clone(in.fired)
 	in.mu.Unlock()
 	slices.SortStableFunc(out, func(a, b Fired) int {
-		if a.Action.onRequest() != b.Action.onRequest() {
-			if a.Action.onRequest() {
+		if a.Action.onQP() != b.Action.onQP() {
+			if a.Action.onQP() {
 				return -1
 			}
 			return 1
 		}
-		if !a.Action.onRequest() {
+		if !a.Action.onQP() {
 			return cmp.Compare(a.Seq, b.Seq)
 		}
-		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.QPOrd, b.QPOrd), cmp.Compare(a.Seq, b.Seq))
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.QPOrd, b.QPOrd),
+			cmp.Compare(recvRank(a.Action), recvRank(b.Action)), cmp.Compare(a.Seq, b.Seq))
 	})
 	return out
+}
+
+// recvRank orders a QP's receive faults after its request faults.
+func recvRank(a Action) int {
+	if a == FailRecv {
+		return 1
+	}
+	return 0
 }
 
 // hit decides whether rule i fires on the event numbered n (from 1) of a
@@ -313,6 +354,24 @@ func (in *Injector) request(p *engine.FaultPoint) engine.FaultAction {
 	return engine.FaultAction{}
 }
 
+// receive is the engine's receive fault hook.
+func (in *Injector) receive(p *engine.RecvFaultPoint) verbs.WCStatus {
+	rules := in.plan.Rules
+	for i := range rules {
+		r := &rules[i]
+		if r.Action != FailRecv || r.Device != "" && r.Device != p.Device || r.QPNum != 0 && r.QPNum != p.QPNum {
+			continue
+		}
+		if !in.hit(i, mix(hashString(p.Device), p.QPOrd, 0x5245_4356), p.Seq) { // "RECV"
+			continue
+		}
+		in.record(Fired{Rule: i, Action: r.Action, Device: p.Device, QPOrd: p.QPOrd, QPNum: p.QPNum, Seq: p.Seq,
+			WRID: p.WRID, Status: r.Status})
+		return r.Status
+	}
+	return verbs.WCSuccess
+}
+
 // refuse is the connection manager's hook.
 func (in *Injector) refuse() bool {
 	n := in.reqs.Add(1)
@@ -329,7 +388,7 @@ func (in *Injector) refuse() bool {
 func (in *Injector) datagram([]byte) roce.FaultKind {
 	n := in.grams.Add(1)
 	for i, r := range in.plan.Rules {
-		if r.Action < WireDrop || !in.hit(i, 1, n) {
+		if !r.Action.onWire() || !in.hit(i, 1, n) {
 			continue
 		}
 		in.record(Fired{Rule: i, Action: r.Action, Seq: n})
@@ -369,12 +428,12 @@ func hashString(s string) uint64 {
 
 // Parse reads a plan written as GOVERBS_FAULTS takes it: clauses separated
 // by ";", the first may be "seed=N"; each other is an action (fail, delay,
-// kill, disconnect, refuse, drop, dup, reorder) followed by ":" and
+// kill, disconnect, refuse, drop, dup, reorder, failrecv) followed by ":" and
 // comma-separated settings: status=NAME (IBV_WC_ optional), d=DURATION,
 // device=NAME, qp=N, op=NAME|NAME (IBV_WR_ optional), nth=N, p=FRACTION,
 // limit=N. For example:
 //
-//	seed=7;fail:status=RETRY_EXC_ERR,op=RDMA_WRITE,p=0.01;kill:nth=1000,limit=1
+//	seed=7;fail:status=RETRY_EXC_ERR,op=RDMA_WRITE,p=0.01;kill:nth=1000,limit=1;failrecv:status=LOC_LEN_ERR,p=0.001
 func Parse(spec string) (Plan, error) {
 	var p Plan
 	for i, clause := range strings.Split(spec, ";") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -225,7 +226,11 @@ func TestParse(t *testing.T) {
 	if p.Rules[1].Nth != 1000 || p.Rules[1].Limit != 1 || p.Rules[2].Delay != 5*time.Millisecond {
 		t.Fatalf("rules %+v", p.Rules)
 	}
-	for _, bad := range []string{"explode:nth=1", "fail:nth=1", "fail:status=WR_FLUSH_ERR,nth=1", "fail:status=NOPE,nth=1",
+	if r, err := faults.Parse("failrecv:status=LOC_LEN_ERR,qp=5,nth=2"); err != nil || len(r.Rules) != 1 ||
+		r.Rules[0].Action != faults.FailRecv || r.Rules[0].Status != verbs.WCLocLenErr || r.Rules[0].QPNum != 5 || r.Rules[0].Nth != 2 {
+		t.Fatalf("failrecv: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"explode:nth=1", "fail:nth=1", "failrecv:status=REM_OP_ERR,nth=1", "failrecv:status=LOC_LEN_ERR,op=SEND,nth=1", "fail:status=WR_FLUSH_ERR,nth=1", "fail:status=NOPE,nth=1",
 		"delay:nth=1", "kill:p=2", "kill:", "kill:nth=1,op=TELEPORT", "kill:nth=x", "seed=x;kill:nth=1", "kill:nth=1,colour=red"} {
 		if _, err := faults.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted it", bad)
@@ -330,6 +335,83 @@ func TestDisconnect(t *testing.T) {
 		}
 		if ev.QP == a.QP && ev.Type == verbs.EventQPFatal {
 			t.Fatal("a disconnect raised QP_FATAL")
+		}
+	}
+}
+
+// A failed receive (FailRecv) has exactly the consequences of a real one on
+// every provider: the same statuses on both sides as a receive whose
+// buffer is too small (LOC_LEN_ERR) or not writable (LOC_PROT_ERR), the
+// receiving QP in ERR with its later receives flushed, and the sender's
+// QP failing too.
+func TestFailRecvIsARealReceiveError(t *testing.T) {
+	type result struct{ send, recv []verbs.WCStatus }
+	run := func(t *testing.T, tr string, st verbs.WCStatus, inj bool) result {
+		a, b := testpair.Connect(t, tr, 1)
+		recvBuf := make([]byte, 3*256)
+		access := verbs.AccessLocalWrite
+		if !inj && st == verbs.WCLocProtErr {
+			access = verbs.AccessRemoteRead // no local write: a receive cannot land there
+		}
+		bad, err := b.QP.PD().RegMR(recvBuf, access|verbs.AccessRemoteRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bad.Dereg()
+		good, err := b.QP.PD().RegMR(make([]byte, 3*256), verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer good.Dereg()
+		second := bad.SGE(256, 256)
+		if !inj && st == verbs.WCLocLenErr {
+			second = good.SGE(256, 8) // too small for the 64-byte SEND
+		}
+		if inj {
+			second = good.SGE(256, 256)
+			inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.FailRecv, Status: st,
+				Device: b.Ctx.Device().Name(), QPNum: b.QP.Num(), Nth: 2}}})
+		}
+		for i, sge := range []verbs.SGE{good.SGE(0, 256), second, good.SGE(512, 256)} {
+			if err := b.QP.PostRecv([]verbs.RecvWR{{WRID: uint64(i + 1), SGList: []verbs.SGE{sge}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var r result
+		for i := range 2 {
+			wr := verbs.SendWR{WRID: uint64(i + 1), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 64)}}
+			if err := a.QP.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			r.send = append(r.send, conformance.Poll1(t, a.SCQ).Status)
+		}
+		for i, wc := range conformance.PollN(t, b.RCQ, 3) {
+			if wc.WRID != uint64(i+1) {
+				t.Fatalf("receive completion %d: %s", i, conformance.Describe(wc))
+			}
+			r.recv = append(r.recv, wc.Status)
+		}
+		conformance.WaitState(t, b.QP, verbs.QPSErr)
+		// The sender's QP fails too: at once over IB transports (the
+		// NAK), once the Terminate arrives over iWARP.
+		conformance.WaitState(t, a.QP, verbs.QPSErr)
+		return r
+	}
+	for _, tr := range testpair.Transports {
+		for _, st := range []verbs.WCStatus{verbs.WCLocLenErr, verbs.WCLocProtErr} {
+			t.Run(tr+"/"+st.Name(), func(t *testing.T) {
+				leakcheck.Check(t)
+				real := run(t, tr, st, false)
+				injected := run(t, tr, st, true)
+				if want := []verbs.WCStatus{verbs.WCSuccess, st, verbs.WCWRFlushErr}; !slices.Equal(injected.recv, want) {
+					t.Errorf("receives completed %v, want %v", injected.recv, want)
+				}
+				if !slices.Equal(injected.recv, real.recv) || !slices.Equal(injected.send, real.send) {
+					t.Errorf("injected: sends %v, receives %v; a real %v: sends %v, receives %v",
+						injected.send, injected.recv, st.Name(), real.send, real.recv)
+				}
+				t.Logf("sends %v, receives %v", injected.send, injected.recv)
+			})
 		}
 	}
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // Fault injection: a hook (package faults sets it) asked once about every
-// send request as it is about to go out. When no hook is set, the cost is
-// one atomic load per request, and the direct path stays open.
+// send request as it is about to go out, and one asked about every receive
+// an incoming message consumes. When no hook is set, the cost is one
+// atomic load per request or receive, and the direct path stays open.
 
 // FaultPoint names a send request for the fault hook.
 type FaultPoint struct {
@@ -93,4 +94,51 @@ func faultStatus(w *WQE, status verbs.WCStatus) verbs.WCStatus {
 		return w.fault
 	}
 	return status
+}
+
+// RecvFaultPoint names a receive that an incoming message consumes.
+type RecvFaultPoint struct {
+	Device string
+	QPNum  uint32
+	QPOrd  uint64 // the QP's creation order on its device, from 1
+	Seq    uint64 // the receive's consumption order on the QP, from 1
+	WRID   uint64
+}
+
+// RecvFaultHook decides whether a receive fails: WCLocLenErr or
+// WCLocProtErr make it fail as if its buffers were too small or not
+// accessible (the transport then answers the sender as for a real one and
+// fails the QP); success lets it go.
+type RecvFaultHook func(p *RecvFaultPoint) verbs.WCStatus
+
+var recvFaultHook atomic.Pointer[RecvFaultHook]
+
+// SetRecvFaultHook sets the process's receive fault hook (nil: none) and
+// returns the one it replaces.
+func SetRecvFaultHook(h RecvFaultHook) RecvFaultHook {
+	var p *RecvFaultHook
+	if h != nil {
+		p = &h
+	}
+	if old := recvFaultHook.Swap(p); old != nil {
+		return *old
+	}
+	return nil
+}
+
+// askRecvFault consults the hook about the receive wrid, which an incoming
+// message is about to fill.
+func (q *QP) askRecvFault(h RecvFaultHook, wrid uint64) verbs.WCStatus {
+	seq := q.recvFaultSeq.Add(1)
+	return h(&RecvFaultPoint{Device: q.dev.cfg.Name, QPNum: q.num, QPOrd: q.ord, Seq: seq, WRID: wrid})
+}
+
+// NAKStatus is the status a requester's SEND completes with when the
+// receive it consumed failed with st, by the IB rules (a too-small buffer
+// is an invalid request, anything else a remote operational error).
+func NAKStatus(st verbs.WCStatus) verbs.WCStatus {
+	if st == verbs.WCLocLenErr {
+		return verbs.WCRemInvReqErr
+	}
+	return verbs.WCRemOpErr
 }

@@ -46,22 +46,23 @@ type QP struct {
 
 	// Lock-free copies of what the data path reads on every message; they
 	// change only with mu held.
-	astate    atomic.Uint32
-	adest     atomic.Uint32
-	aaccess   atomic.Uint32
-	aird      atomic.Uint32
-	dead      atomic.Bool
-	txActive  bool
-	cnt       verbs.QPCounters // send side (under mu)
-	rcnt      recvCounts       // receive side (under rqMu)
-	inGone    bool             // counted in the device's goneCnt (under dev.cntMu)
-	faultSeq  uint64           // send requests the fault hook was asked about
-	faultEv   verbs.EventType  // an event a fault raises once q.mu is let go
-	stalled   atomic.Bool
-	kicks     atomic.Uint64 // Resume calls, to catch one racing a stall
-	rdOut     int           // outstanding RDMA reads and atomics (ORD accounting)
-	draining  bool
-	destroyed bool
+	astate       atomic.Uint32
+	adest        atomic.Uint32
+	aaccess      atomic.Uint32
+	aird         atomic.Uint32
+	dead         atomic.Bool
+	txActive     bool
+	cnt          verbs.QPCounters // send side (under mu)
+	rcnt         recvCounts       // receive side (under rqMu)
+	inGone       bool             // counted in the device's goneCnt (under dev.cntMu)
+	faultSeq     uint64           // send requests the fault hook was asked about
+	recvFaultSeq atomic.Uint64    // receives the receive fault hook was asked about
+	faultEv      verbs.EventType  // an event a fault raises once q.mu is let go
+	stalled      atomic.Bool
+	kicks        atomic.Uint64 // Resume calls, to catch one racing a stall
+	rdOut        int           // outstanding RDMA reads and atomics (ORD accounting)
+	draining     bool
+	destroyed    bool
 
 	rxMu    sync.Mutex
 	rx      RecvCtx

@@ -143,8 +143,11 @@ func (q *QP) deliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff)
 		q.rq.head++
 	}
 	n := 0
+	if h := recvFaultHook.Load(); h != nil {
+		st = q.askRecvFault(*h, wc.WRID)
+	}
 	for _, s := range sge {
-		if s.Length == 0 {
+		if s.Length == 0 || st != verbs.WCSuccess {
 			continue
 		}
 		b, _, f := q.dev.resolveCached(&q.recvMR, s.LKey, q.pd, s.Addr, s.Length, verbs.AccessLocalWrite)

@@ -313,8 +313,15 @@ func (r Responder) QKey() uint32 {
 func (r Responder) TakeRecv() (*RecvCtx, bool) { return r.q.takeRecv() }
 
 // RecvSegments appends to dst the memory of the receive buffers in rc; it
-// needs local write access (WCLocProtErr otherwise).
+// needs local write access (WCLocProtErr otherwise). An injected receive
+// fault (SetRecvFaultHook) is reported here too, as WCLocProtErr or
+// WCLocLenErr: the transport handles it as it handles a real one.
 func (r Responder) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCStatus) {
+	if h := recvFaultHook.Load(); h != nil {
+		if st := r.q.askRecvFault(*h, rc.WRID); st != verbs.WCSuccess {
+			return dst, st
+		}
+	}
 	return r.q.segments(nil, rc.SGE, dst, verbs.AccessLocalWrite)
 }
 

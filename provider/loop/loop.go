@@ -379,13 +379,13 @@ func (w *wire) send(q engine.Requester, p engine.Responder, wqe *engine.WQE) eng
 		wc.Status = st
 		p.CompleteRecv(rc, &wc, false)
 		p.Fail()
-		return engine.Fail(verbs.WCRemOpErr)
+		return engine.Fail(engine.NAKStatus(st))
 	}
 	if engine.TotalLen(w.dst) < int(wqe.Len) {
 		wc.Status = verbs.WCLocLenErr
 		p.CompleteRecv(rc, &wc, false)
 		p.Fail()
-		return engine.Fail(verbs.WCRemInvReqErr)
+		return engine.Fail(engine.NAKStatus(verbs.WCLocLenErr))
 	}
 	off := 0
 	for _, s := range w.src {

@@ -189,22 +189,12 @@ func (c *conn) startRecv(total uint32) int {
 	c.in.msg = rxState{active: true, rc: rc, total: total, dst: c.in.msg.dst[:0]}
 	var st verbs.WCStatus
 	if c.in.msg.dst, st = c.resp.RecvSegments(rc, c.in.msg.dst); st != verbs.WCSuccess {
-		return c.recvErr(st, nakFor(st))
+		return c.recvErr(st, engine.NAKStatus(st))
 	}
 	if engine.TotalLen(c.in.msg.dst) < int(total) {
-		return c.recvErr(verbs.WCLocLenErr, nakFor(verbs.WCLocLenErr))
+		return c.recvErr(verbs.WCLocLenErr, engine.NAKStatus(verbs.WCLocLenErr))
 	}
 	return served
-}
-
-// nakFor is the requester's status for a receive that failed with st
-// (IB: a too-small buffer is the requester's invalid request, anything
-// else an operation error at the responder).
-func nakFor(st verbs.WCStatus) verbs.WCStatus {
-	if st == verbs.WCLocLenErr {
-		return verbs.WCRemInvReqErr
-	}
-	return verbs.WCRemOpErr
 }
 
 // recvErr completes the receive being filled with status st, naks the
@@ -242,7 +232,7 @@ func (c *conn) serve(h *ring.Rec, p []byte, ho *engine.Handoff) int {
 			case !ok:
 				return holdRNR
 			case st != verbs.WCSuccess: // the receive completed with st
-				c.nak(nakFor(st))
+				c.nak(engine.NAKStatus(st))
 				q.Fail()
 				return stop
 			}
