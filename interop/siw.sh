@@ -87,6 +87,25 @@ host_bg "$BIN/rdma_server -a 10.77.0.1 -t 30s" /tmp/grs.log 7471
 rc=$?; host_rc /tmp/grs.log || rc=1
 result "rdma_client (siw)  ->  goverbs rdma_server" $rc
 
+# goverbs' --capture of a connection to siw holds the bytes of the wire:
+# the TCP stream tcpdump sees on the tap and the one in goverbs' file are
+# the same in both directions, and tshark decodes goverbs' file cleanly.
+if command -v tcpdump >/dev/null && command -v tshark >/dev/null; then
+	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C 5 -V -S 1000" 7174
+	"$LAB" host "rm -f /tmp/wire.pcap /tmp/gv.pcapng; (timeout 60 tcpdump -i vmtap0 -s 0 -U -w /tmp/wire.pcap tcp port 7174 >/dev/null 2>&1 &) ; sleep 1
+		$BIN/goverbs --capture /tmp/gv.pcapng ping -c -a 10.77.0.2 -p 7174 -C 5 -V -S 1000 -t 30s $flags; rc=\$?; sleep 1; pkill -x tcpdump; sleep 0.5; exit \$rc" >/tmp/interop.out 2>&1
+	rc=$?; guest_rc || rc=1
+	stream() { tshark -r "$1" -q -z follow,tcp,raw,0 2>/dev/null | sed -n '7,$p' | grep -v '^=*$'; }
+	if [ $rc = 0 ]; then
+		{ [ -n "$(stream /tmp/wire.pcap)" ] && [ "$(stream /tmp/wire.pcap)" = "$(stream /tmp/gv.pcapng)" ]; } || { echo "the recorded stream differs from the wire's" >>/tmp/interop.out; rc=1; }
+		bad=$(tshark -r /tmp/gv.pcapng -Y '_ws.malformed || _ws.expert.severity >= "warning" || (tcp.len > 0 && !iwarp_mpa)' 2>/dev/null)
+		[ -z "$bad" ] || { echo "tshark: $bad" >>/tmp/interop.out; rc=1; }
+	fi
+	result "goverbs ping --capture  ->  rping -s (siw): the file's TCP stream is the wire's" $rc
+else
+	echo "SKIP capture case: tcpdump or tshark missing (apt-get install tcpdump tshark)"
+fi
+
 [ "${KEEP:-0}" = 1 ] || "$LAB" stop >/dev/null 2>&1
 echo "siw interop (MPA CRC $([ $crc = 1 ] && echo required || echo off)): $pass passed, $fail failed, $(( $(date +%s) - start )) s"
 [ "$fail" = 0 ]
