@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -16,7 +17,12 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-var transports = []string{"loop", "unix", "127.0.0.1:0", "roce://127.0.0.1:0"}
+// roceTest is a loopback address of this test process's own: port 4791 of
+// an address belongs to one process, and other packages' tests (or a
+// benchmark) may hold 127.0.0.1's.
+var roceTest = fmt.Sprintf("roce://127.%d.%d.41:0", 100+os.Getpid()%100, os.Getpid()/100%250)
+
+var transports = []string{"loop", "unix", "127.0.0.1:0", roceTest}
 
 func pair(t *testing.T, tr string) (*Conn, *Conn) {
 	t.Helper()
@@ -126,7 +132,7 @@ func TestCloseWrite(t *testing.T) {
 // A peer whose transport goes away without rsocket's disconnect (a
 // process that dies) gives ECONNRESET, after the data it sent.
 func TestPeerDies(t *testing.T) {
-	for _, tr := range []string{"unix", "127.0.0.1:0", "roce://127.0.0.1:0"} {
+	for _, tr := range []string{"unix", "127.0.0.1:0", roceTest} {
 		t.Run(tr, func(t *testing.T) {
 			leakcheck.Check(t)
 			a, b := pair(t, tr)
@@ -265,5 +271,59 @@ func TestNoAllocs(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per Write+Read", n)
+	}
+}
+
+// Over iWARP a call blocked for nudgeAfter sends the peer one keepalive
+// (Linux siw may hold a posted request until a frame arrives): the peer
+// receives it as a message and ignores it, and the stream goes on. Other
+// transports send none.
+func TestBlockedCallNudgesIWARPPeer(t *testing.T) {
+	for _, tr := range []string{"127.0.0.1:0", "unix"} {
+		t.Run(tr, func(t *testing.T) {
+			leakcheck.Check(t)
+			a, b := pair(t, tr)
+			defer b.Close()
+			defer a.Close()
+			// A round trip first: each side's first credit update goes
+			// then.
+			for _, d := range [][2]*Conn{{b, a}, {a, b}} {
+				if _, err := d[0].Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(d[1], make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			before, err := b.qp.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			buf := make([]byte, 5)
+			go func() {
+				_, err := io.ReadFull(a, buf)
+				done <- err
+			}()
+			time.Sleep(nudgeAfter + 150*time.Millisecond)
+			after, err := b.qp.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Write([]byte("later")); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil || string(buf) != "later" {
+				t.Fatalf("read %q, %v", buf, err)
+			}
+			want := uint64(0)
+			if tr == "127.0.0.1:0" {
+				want = 1
+			}
+			if got := after.Received.Msgs - before.Received.Msgs; got != want {
+				t.Fatalf("peer received %d messages while a Read was blocked, want %d", got, want)
+			}
+		})
 	}
 }

@@ -135,14 +135,26 @@ type direction struct {
 	wc       waitCtx      // what a blocked call's CQ.Wait waits on
 	tmu      sync.Mutex
 	timer    *time.Timer
+	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
 	spin     time.Duration // current spin budget (adaptive)
 }
 
 func (d *direction) init() {
 	d.timer = time.AfterFunc(time.Hour, d.wc.fire)
 	d.timer.Stop()
+	d.nudge = time.AfterFunc(time.Hour, d.wc.fire)
+	d.nudge.Stop()
 	d.spin = maxSpin
 }
+
+// nudgeAfter is how long a call blocks before it nudges an iWARP peer.
+// Linux siw can leave a work request its application posted unsent until
+// the next frame arrives (libsiw skips the doorbell while it sees the
+// previous request still valid, and the kernel may just be finishing it):
+// seen with librdmacm's rstream in blocking mode, which then waited for
+// our data while we waited for its. A keepalive control message, which
+// rsocket peers ignore, is that next frame.
+const nudgeAfter = 200 * time.Millisecond
 
 func (d *direction) set(t time.Time) {
 	d.tmu.Lock()
@@ -797,6 +809,8 @@ type waitState struct {
 	i        int
 	start    time.Time
 	blocking bool // the spin is over: arm before each look
+	nudged   bool // the nudge timer ran out for this call
+	timed    bool // the nudge timer is set
 }
 
 func (w *waitState) arm(d *direction) {
@@ -810,6 +824,9 @@ func (w *waitState) arm(d *direction) {
 // call that always blocks (a server waiting for requests) stops burning
 // a CPU that the other goroutines need.
 func (w *waitState) done(d *direction) {
+	if w.timed {
+		d.nudge.Stop()
+	}
 	if w.i == 0 {
 		return
 	}
@@ -851,9 +868,21 @@ func (c *Conn) block(d *direction, w *waitState) error {
 	if d.expired() {
 		return os.ErrDeadlineExceeded
 	}
+	if c.msgSend && !w.timed {
+		w.timed = true
+		d.nudge.Reset(nudgeAfter)
+	}
 	err := c.cq.Wait(&d.wc)
 	if c.closed.Load() {
 		return net.ErrClosed
+	}
+	if w.timed && !w.nudged && time.Since(w.start) >= nudgeAfter {
+		w.nudged = true
+		c.mu.Lock()
+		if c.err == nil && !c.peerGone && !c.sentDisc && c.ctrlAvail() {
+			c.postMsg(msgSet(opCtrl, ctrlKeepalive))
+		}
+		c.mu.Unlock()
 	}
 	if d.expired() {
 		return os.ErrDeadlineExceeded

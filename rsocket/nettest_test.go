@@ -63,7 +63,7 @@ func makePipe(addr string) nettest.MakePipe {
 }
 
 func TestNettest(t *testing.T) {
-	for _, tr := range []string{"loop", "unix", "127.0.0.1:0", "roce://127.0.0.1:0"} {
+	for _, tr := range []string{"loop", "unix", "127.0.0.1:0", roceTest} {
 		t.Run(tr, func(t *testing.T) { nettest.TestConn(t, makePipe(tr)) })
 	}
 }
