@@ -283,6 +283,9 @@ func newConn(s connSetup) (c *Conn, err error) {
 			return nil, err
 		}
 	}
+	// block spins first, for as long as spinning has been paying off;
+	// CQ.Wait's own spin after it would keep a CPU busy regardless.
+	c.cq.SetWaitSpin(0)
 	c.sglOff = c.rbufSize
 	c.msgOff = c.sglOff + sglSize*sgeLen
 	if c.rb, err = verbs.AllocBuffer(c.msgOff + c.rqPosted*msgLen); err != nil {
@@ -551,15 +554,19 @@ func (c *Conn) handle(wc *verbs.WC) {
 
 // loadTargets takes the SGL entries the peer wrote into our target SGL:
 // an entry is only ever rewritten once we used up the previous one, and we
-// clear it when we take it, so a non-zero length is always a new entry.
+// clear it when we take it, so a non-zero entry is always a new one. The
+// peer may be writing an entry as we look (the SGL message announcing it
+// may not even be sent yet), so loadSGE takes only whole entries, and a
+// writer with no target looks again before it waits (sendRoom), as
+// rsocket's rsend reads its target SGL when it sends.
 func (c *Conn) loadTargets() {
 	for i := range c.target {
 		if c.target[i].Length != 0 {
 			continue
 		}
 		b := c.rbuf[c.sglOff+i*sgeLen : c.sglOff+(i+1)*sgeLen]
-		e := getSGE(b, binary.LittleEndian)
-		if e.Length == 0 {
+		e, ok := loadSGE(b)
+		if !ok {
 			continue
 		}
 		if e.Length > maxMsgData {
@@ -567,7 +574,7 @@ func (c *Conn) loadTargets() {
 			return
 		}
 		c.target[i] = e
-		clear(b)
+		clearSGE(b)
 	}
 }
 
@@ -996,6 +1003,9 @@ func (c *Conn) sendRoom(left int) (xfer int, inline, ok bool) {
 	need := 1
 	if c.msgSend {
 		need = 2
+	}
+	if c.target[c.targetSGE].Length == 0 {
+		c.loadTargets()
 	}
 	xfer = min(left, int(c.target[c.targetSGE].Length), maxXfer)
 	inline = xfer <= c.inline

@@ -2,6 +2,7 @@ package rsocket
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 )
 
@@ -44,4 +45,35 @@ func FuzzConnData(f *testing.F) {
 			t.Fatalf("re-decoded %+v, %v; first %+v", e, err, d)
 		}
 	})
+}
+
+// A target SGL entry is taken whole or not at all: an empty one, or one
+// with only its address or only its key and length written yet (the peer's
+// RDMA WRITE of it in progress), is not taken.
+func TestLoadSGETakesWholeEntries(t *testing.T) {
+	buf := make([]byte, 32)
+	b := buf[16:32]
+	if _, ok := loadSGE(b); ok {
+		t.Fatal("an empty entry was taken")
+	}
+	want := sge{Addr: 0x7f00_1234_5000, Key: 0xabcd, Length: 4096}
+	putSGE(b, want, binary.LittleEndian)
+	full := bytes.Clone(b)
+	clear(b[:8]) // key and length written, address not yet
+	if _, ok := loadSGE(b); ok {
+		t.Fatal("an entry without its address was taken")
+	}
+	copy(b, full)
+	clear(b[8:]) // address written, key and length not yet
+	if _, ok := loadSGE(b); ok {
+		t.Fatal("an entry without its length was taken")
+	}
+	copy(b, full)
+	if got, ok := loadSGE(b); !ok || got != want {
+		t.Fatalf("loadSGE = %+v, %v; want %+v", got, ok, want)
+	}
+	clearSGE(b)
+	if !bytes.Equal(b, make([]byte, 16)) {
+		t.Fatalf("clearSGE left % x", b)
+	}
 }
