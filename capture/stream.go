@@ -66,6 +66,9 @@ func (r *Recorder) stream(src, dst netip.AddrPort, sent bool, qpn uint32, b [][]
 	now := time.Now()
 	key := keyOf(src, dst)
 	s := r.streams[key]
+	if s != nil && b != nil && (s.dir[0].src == src && s.dir[0].fin || s.dir[1].src == src && s.dir[1].fin) {
+		s = nil // bytes after a FIN: a new connection on the same ports
+	}
 	if s == nil {
 		if b == nil {
 			return
@@ -96,12 +99,17 @@ func (r *Recorder) stream(src, dst netip.AddrPort, sent bool, qpn uint32, b [][]
 	if b == nil {
 		r.tcp(now, d, o.next, tcpFIN|tcpACK, nil)
 		d.fin = true
-		r.closed = append(r.closed, key)
 		if o.fin {
 			delete(r.streams, key)
+		} else {
+			r.closed = append(r.closed, key)
 		}
 		for len(r.closed) > maxClosed {
-			delete(r.streams, r.closed[0])
+			// Only a stream still half closed: the ports may have been
+			// reused by a new connection meanwhile.
+			if s := r.streams[r.closed[0]]; s != nil && (s.dir[0].fin || s.dir[1].fin) {
+				delete(r.streams, r.closed[0])
+			}
 			r.closed = r.closed[1:]
 		}
 		return
