@@ -3,6 +3,8 @@ package verbs_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/goverbs/goverbs/provider/loop"
@@ -172,4 +174,37 @@ func ExampleQP_Counters() {
 	w := c.Sent[verbs.WRRDMAWrite]
 	fmt.Printf("%d RDMA WRITEs, %d bytes\n", w.Msgs, w.Bytes)
 	// Output: 3 RDMA WRITEs, 300 bytes
+}
+
+// Follow each work request from its post to its polled completion with
+// log/slog (SetTracer takes any Tracer: an OpenTelemetry span per WRID,
+// say).
+func ExampleSetTracer() {
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		// No time and no QP number: the output of an example must not vary.
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "qp" {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	defer verbs.SetTracer(verbs.SetTracer(verbs.SlogTracer(log)))
+
+	ctx, pd, cq, a, b := pair()
+	defer ctx.Close()
+	mr, _ := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
+	b.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(1024, 64)}}})
+	a.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 8)}}})
+	for n := 0; n < 2; {
+		var wc [2]verbs.WC
+		k, _ := cq.Poll(wc[:])
+		n += k
+	}
+	// Output:
+	// level=DEBUG msg="rdma post recv" wr_id=1 sges=1
+	// level=DEBUG msg="rdma post send" wr_id=2 opcode=SEND sges=1 flags=2
+	// level=DEBUG msg="rdma completion" wr_id=1 status=IBV_WC_SUCCESS opcode=RECV byte_len=8
+	// level=DEBUG msg="rdma completion" wr_id=2 status=IBV_WC_SUCCESS opcode=SEND byte_len=0
 }
