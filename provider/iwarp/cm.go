@@ -191,9 +191,6 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		return fail(fmt.Errorf("%w: sending the MPA Request: %w", cm.ErrUnreachable, err))
 	}
 	reply, raw, err := readMPA(nc, true)
-	if err == nil {
-		captureIn(nc, ep.Num(), [][]byte{raw})
-	}
 	if err != nil {
 		if e := ended("no MPA Reply from "+addr, err); e != nil {
 			return fail(e)
@@ -209,6 +206,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		}
 		return fail(fmt.Errorf("iwarp: bad MPA Reply: %w", err))
 	}
+	captureIn(nc, ep.Num(), [][]byte{raw})
 	if reply.Reject {
 		return fail(&cm.RejectedError{PrivateData: append([]byte(nil), reply.Private...)})
 	}

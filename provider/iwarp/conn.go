@@ -193,10 +193,9 @@ func (c *conn) close(err error, term []byte) {
 // socket with unread bytes makes Linux send a reset, and the peer's kernel
 // then drops what it had not delivered yet, the Terminate included. So the
 // write side is shut (the Terminate goes out followed by a FIN) and what
-// the peer still sends is read and discarded until it closes too or the
-// deadline close set passes, so a hostile peer holds the socket no longer
-// than a slow reader would. It reports whether the receive goroutine has
-// ended.
+// the peer still sends is read and discarded until it closes too or 2 s
+// pass, so a hostile peer holds the socket no longer than a slow reader
+// would. It reports whether the receive goroutine has ended.
 func (c *conn) linger() bool {
 	cw, ok := c.nc.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
