@@ -30,13 +30,37 @@ func ICRCv4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byt
 
 // V4 is ICRCv4 in s.
 func (s *Scratch) V4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byte) uint32 {
+	return finish(s.head4(src, dst, sport, dport, id, df, len(pkt)), pkt)
+}
+
+// Start4 starts the ICRC of a packet of n bytes (BTH through pad, without
+// the ICRC) over IPv4, as V4 does, whose first bytes (the BTH at least)
+// are hdr; the rest of the packet follows with UpdateICRC, in order. It
+// lets a sender compute the ICRC of a packet whose payload stays where it
+// is (in a memory region) rather than be copied after its headers.
+func (s *Scratch) Start4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, n int, hdr []byte) uint32 {
+	return finish(s.head4(src, dst, sport, dport, id, df, n), hdr)
+}
+
+// Start6 is Start4 over IPv6.
+func (s *Scratch) Start6(src, dst [16]byte, sport, dport uint16, n int, hdr []byte) uint32 {
+	return finish(s.head6(src, dst, sport, dport, n), hdr)
+}
+
+// UpdateICRC continues ICRC c (from Start4 or Start6) over the packet's
+// next bytes b.
+func UpdateICRC(c uint32, b []byte) uint32 { return crc32.Update(c, crc32.IEEETable, b) }
+
+// head4 writes into s the masked headers of a packet of n bytes over IPv4
+// and returns them, with room for the BTH last.
+func (s *Scratch) head4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, n int) []byte {
 	h := s[:8+20+8+BTHLen]
 	clear(h)
 	copy(h[:8], ones8[:])
 	ip := h[8:28]
 	ip[0] = 0x45
 	ip[1] = 0xFF // TOS
-	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+len(pkt)+ICRCLen))
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+n+ICRCLen))
 	binary.BigEndian.PutUint16(ip[4:], id)
 	if df {
 		ip[6] = 0x40
@@ -46,8 +70,8 @@ func (s *Scratch) V4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, 
 	ip[10], ip[11] = 0xFF, 0xFF
 	copy(ip[12:16], src[:])
 	copy(ip[16:20], dst[:])
-	putUDP(h[28:36], sport, dport, len(pkt))
-	return finish(h, pkt)
+	putUDP(h[28:36], sport, dport, n)
+	return h
 }
 
 // ICRCv6 is ICRCv4 over IPv6.
@@ -57,19 +81,24 @@ func ICRCv6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
 
 // V6 is ICRCv6 in s.
 func (s *Scratch) V6(src, dst [16]byte, sport, dport uint16, pkt []byte) uint32 {
+	return finish(s.head6(src, dst, sport, dport, len(pkt)), pkt)
+}
+
+// head6 is head4 over IPv6.
+func (s *Scratch) head6(src, dst [16]byte, sport, dport uint16, n int) []byte {
 	h := s[:]
 	clear(h)
 	copy(h[:8], ones8[:])
 	ip := h[8:48]
 	// Version 6; traffic class and flow label masked.
 	binary.BigEndian.PutUint32(ip, 0x6FFFFFFF)
-	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(pkt)+ICRCLen))
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+n+ICRCLen))
 	ip[6] = 17   // UDP
 	ip[7] = 0xFF // hop limit
 	copy(ip[8:24], src[:])
 	copy(ip[24:40], dst[:])
-	putUDP(h[48:56], sport, dport, len(pkt))
-	return finish(h, pkt)
+	putUDP(h[48:56], sport, dport, n)
+	return h
 }
 
 func putUDP(u []byte, sport, dport uint16, n int) {

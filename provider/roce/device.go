@@ -512,7 +512,11 @@ func (s *sender) send(raw syscall.RawConn) error {
 func (s *sender) writeFD(fd uintptr) bool {
 	if s.pkt == nil {
 		b := s.b
-		s.err = sendGSO(int(fd), b.buf, b.seg, &b.sa, &b.msg)
+		seg := b.seg
+		if b.n == 1 {
+			seg = 0
+		}
+		s.err = sendGSO(int(fd), b.vec, seg, &b.sa, &b.msg)
 	} else {
 		s.err = sendNB(int(fd), s.pkt, s.sa)
 	}

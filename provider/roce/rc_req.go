@@ -248,7 +248,6 @@ func (s *sendState) packet(e *swqe, i int) {
 		n = min(mtu, int(e.total)-off)
 		n = max(n, 0)
 	}
-	pad := ib.Pad(n)
 	se := last && wr.Flags&verbs.SendSolicited != 0
 	switch e.kind {
 	case kSend:
@@ -271,7 +270,7 @@ func (s *sendState) packet(e *swqe, i int) {
 				op = ib.SendLastInv
 			}
 		}
-		b.BTH(op, se, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		b.BTH(op, se, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if op.Info().Mask&(ib.HasImm|ib.HasIETH) != 0 {
 			if wr.Opcode == verbs.WRSendWithInv {
 				b.Imm(wr.InvalidateRKey)
@@ -296,7 +295,7 @@ func (s *sendState) packet(e *swqe, i int) {
 				op = ib.WriteLastImm
 			}
 		}
-		b.BTH(op, se && imm, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		b.BTH(op, se && imm, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if first {
 			b.RETH(wr.RemoteAddr, wr.RKey, e.total)
 		}
@@ -324,20 +323,18 @@ func (s *sendState) packet(e *swqe, i int) {
 	case kAtomicWrite:
 		b.BTH(ib.AtomicWrite, false, 0, q.path.pkey, q.path.destQPN, true, psn)
 		b.RETH(wr.RemoteAddr, wr.RKey, 8)
-		n, pad = 8, 0
-		off = 0
+		n, off = 8, 0
 	}
-	h := len(b.H)
-	pkt := b.H[:h+n+pad]
 	if n > 0 {
-		if e.kind == kAtomicWrite || e.kind == kSend || e.kind == kWrite {
-			segs, _ := q.req.Payload(e.w, s.segs[:0])
-			s.segs = segs
-			engine.CopyFrom(pkt[h:h+n], segs, off)
-		}
+		// The payload is read from the memory region as the batch is
+		// built and flushed (before q.mu is let go): not copied unless
+		// small (batch.addRef).
+		segs, _ := q.req.Payload(e.w, s.segs[:0])
+		s.segs = segs
+		s.bat.addRef(q.d, q.path.dst, len(b.H), segs, off, n)
+	} else {
+		s.bat.add(q.d, q.path.dst, len(b.H))
 	}
-	clear(pkt[h+n:])
-	s.bat.add(q.d, q.path.dst, len(pkt))
 	s.armTimer()
 }
 
