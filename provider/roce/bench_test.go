@@ -9,7 +9,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
+func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 	b.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
 	ca, cb := fixture{}.Open(b)

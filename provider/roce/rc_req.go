@@ -524,6 +524,12 @@ func (s *sendState) flushDone() {
 	q := s.q
 	q.mu.Lock()
 	ds := s.done
+	if len(ds) == 0 {
+		// Nothing to hand over: keep the array (taking it would lose it,
+		// and the next completion would allocate another).
+		q.mu.Unlock()
+		return
+	}
 	s.done = nil
 	q.mu.Unlock()
 	more := false
@@ -533,13 +539,11 @@ func (s *sendState) flushDone() {
 	if more {
 		q.req.Transmit()
 	}
-	if len(ds) > 0 {
-		q.mu.Lock()
-		if s.done == nil {
-			s.done = ds[:0] // keep the array
-		}
-		q.mu.Unlock()
+	q.mu.Lock()
+	if s.done == nil {
+		s.done = ds[:0] // keep the array
 	}
+	q.mu.Unlock()
 }
 
 // ack handles an ACK or a NAK.
