@@ -42,7 +42,9 @@ run() {
 	"$g" perf "${sargs[@]}" --server -p $PORT >/dev/null 2>"$OUT/server.err" &
 	local s=$!
 	for i in $(seq 50); do grep -q waiting "$OUT/server.err" 2>/dev/null && break; sleep 0.05; done
-	"$g" perf "${cargs[@]}" -p $PORT --json >>"$OUT/$name.json" || echo "FAIL $name" >&2
+	# A client that fails (it found no server in time) leaves the server
+	# waiting for ever: stop it.
+	"$g" perf "${cargs[@]}" -p $PORT --json >>"$OUT/$name.json" || { echo "FAIL $name" >&2; kill $s 2>/dev/null; }
 	wait $s
 }
 
