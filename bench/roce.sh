@@ -12,12 +12,18 @@
 # turn, and the summary gives the median of each and the median of the
 # per-round ratios.
 #
+# GOVERBS_BASE=/path/to/goverbs adds an older build's roce write_bw to
+# every round (before or after this tree's, alternating): the summary then
+# gives its median and the per-round ratios roce/base and base/iwarp0.
+#
 #   bench/roce.sh                 (ROUNDS=7: about three minutes)
 #   ROUNDS=11 OUT=/tmp/r bench/roce.sh
+#   GOVERBS_BASE=/tmp/goverbs.base ROUNDS=7 bench/roce.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 ROUNDS=${ROUNDS:-7}
+GOVERBS_BASE=${GOVERBS_BASE:-}
 OUT=${OUT:-$(mktemp -d /tmp/goverbs-roce.XXXXXX)}
 mkdir -p "$OUT"
 command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q iperf3 >/dev/null || exit 1
@@ -28,14 +34,17 @@ PORT=18777
 # run NAME SERVER-ARGS -- CLIENT-ARGS: one goverbs measurement, its JSON line
 # appended to $OUT/NAME.json.
 run() {
-	local name=$1; shift
+	local name=$1 g=$G; shift
+	if [ "$name" = base_bw ]; then g=$GOVERBS_BASE; fi
 	local sargs=() cargs=()
 	while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
 	cargs=("$@")
-	"$G" perf "${sargs[@]}" --server -p $PORT >/dev/null 2>"$OUT/server.err" &
+	"$g" perf "${sargs[@]}" --server -p $PORT >/dev/null 2>"$OUT/server.err" &
 	local s=$!
 	for i in $(seq 50); do grep -q waiting "$OUT/server.err" 2>/dev/null && break; sleep 0.05; done
-	"$G" perf "${cargs[@]}" -p $PORT --json >>"$OUT/$name.json" || echo "FAIL $name" >&2
+	# A client that fails (it found no server in time) leaves the server
+	# waiting for ever: stop it.
+	"$g" perf "${cargs[@]}" -p $PORT --json >>"$OUT/$name.json" || { echo "FAIL $name" >&2; kill $s 2>/dev/null; }
 	wait $s
 }
 
@@ -44,7 +53,13 @@ for r in $(seq "$ROUNDS"); do
 	run iwarp_lat send_lat -s 8 -n 20000 -d iwarp0 -- send_lat -s 8 -n 20000 -d iwarp0 127.0.0.1
 	run roce_lat send_lat -s 8 -n 20000 --bind 127.0.0.1 -- send_lat -s 8 -n 20000 --bind 127.0.0.2 127.0.0.1
 	run iwarp_bw write_bw -s 1048576 -n 2000 -d iwarp0 -- write_bw -s 1048576 -n 2000 -d iwarp0 127.0.0.1
+	if [ -n "$GOVERBS_BASE" ] && [ $((r % 2)) = 0 ]; then
+		run base_bw write_bw -s 1048576 -n 2000 --bind 127.0.0.1 -- write_bw -s 1048576 -n 2000 --bind 127.0.0.2 127.0.0.1
+	fi
 	run roce_bw write_bw -s 1048576 -n 2000 --bind 127.0.0.1 -- write_bw -s 1048576 -n 2000 --bind 127.0.0.2 127.0.0.1
+	if [ -n "$GOVERBS_BASE" ] && [ $((r % 2)) = 1 ]; then
+		run base_bw write_bw -s 1048576 -n 2000 --bind 127.0.0.1 -- write_bw -s 1048576 -n 2000 --bind 127.0.0.2 127.0.0.1
+	fi
 	iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
 	sleep 0.3
 	iperf3 -c 127.0.0.1 -p 5299 -l 1M -t 3 -J >"$OUT/iperf.$r.json" 2>/dev/null
@@ -52,7 +67,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 python3 - "$OUT" "$ROUNDS" <<'PY'
-import json, sys, statistics as st, glob
+import json, sys, os, statistics as st, glob
 out, rounds = sys.argv[1], int(sys.argv[2])
 def col(name, key):
     return [json.loads(l)[key] for l in open(f"{out}/{name}.json")]
@@ -68,4 +83,9 @@ print(f"8 B send_lat one-way t_typical [us]: roce {med(lat['roce']):.2f}  iwarp0
       f"  ratio roce/iwarp0 {ratio(lat['roce'], lat['iwarp']):.2f}")
 print(f"1 MiB write_bw [MB/s]: roce {med(bw['roce']):.0f}  iwarp0 {med(bw['iwarp']):.0f}  iperf3 {med(bw['iperf3']):.0f}"
       f"  ratio roce/iwarp0 {ratio(bw['roce'], bw['iwarp']):.2f}  roce/iperf3 {ratio(bw['roce'], bw['iperf3']):.2f}")
+if os.path.exists(f"{out}/base_bw.json"):
+    base = col("base_bw", "bw_avg_mb_s")
+    m = min(n, len(base))
+    print(f"base build 1 MiB write_bw [MB/s]: {st.median(base[:m]):.0f}  ratio roce/base {ratio(bw['roce'][:m], base[:m]):.2f}"
+          f"  base/iwarp0 {ratio(base[:m], bw['iwarp'][:m]):.2f}")
 PY

@@ -166,3 +166,40 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestICRCSplit: an ICRC started over a packet's first bytes and carried
+// over the rest in pieces (a payload sent in place) is the packet's, and
+// a Scratch that remembers header CRCs across packets of several lengths,
+// identifications and sources gives every one its own.
+func TestICRCSplit(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src, dst := [4]byte{10, 78, 0, 1}, [4]byte{10, 78, 0, 2}
+	var s6, d6 [16]byte
+	s6[15], d6[15] = 1, 2
+	var s Scratch // one, as a sender keeps it: its remembered header CRCs must follow
+	for range 300 {
+		id := uint16(r.IntN(40))
+		if r.IntN(2) == 0 {
+			src[3] ^= 1 // another source now and then
+		}
+		pkt := make([]byte, BTHLen+r.IntN(3)*r.IntN(5000))
+		for i := range pkt {
+			pkt[i] = byte(r.Uint32())
+		}
+		h := BTHLen + r.IntN(len(pkt)-BTHLen+1)
+		m := h + r.IntN(len(pkt)-h+1)
+		c := s.Start4(src, dst, 49152, 4791, id, true, len(pkt), pkt[:h])
+		c = UpdateICRC(UpdateICRC(c, pkt[h:m]), pkt[m:])
+		if want := ICRCv4(src, dst, 49152, 4791, id, true, pkt); c != want {
+			t.Fatalf("v4 split at %d, %d of %d: %08x, want %08x", h, m, len(pkt), c, want)
+		}
+		c = s.Start6(s6, d6, 49152, 4791, len(pkt), pkt[:h])
+		c = UpdateICRC(UpdateICRC(c, pkt[h:m]), pkt[m:])
+		if want := ICRCv6(s6, d6, 49152, 4791, pkt); c != want {
+			t.Fatalf("v6 split at %d, %d of %d: %08x, want %08x", h, m, len(pkt), c, want)
+		}
+		if c, want := s.V4(src, dst, 49152, 4791, id, false, pkt), ICRCv4(src, dst, 49152, 4791, id, false, pkt); c != want {
+			t.Fatalf("V4 of %d bytes, id %d: %08x, want %08x", len(pkt), id, c, want)
+		}
+	}
+}

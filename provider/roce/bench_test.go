@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-func benchPair(b *testing.B, size int) (x, y *conformance.Side) {
+func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 	b.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, CQE: 1024}
 	ca, cb := fixture{}.Open(b)
@@ -36,12 +37,19 @@ func BenchmarkRDMAWrite(b *testing.B) {
 	for _, size := range []int{4096, 65536, 1 << 20} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			x, y := benchPair(b, 2*size)
+			_, dy := devices(b)
+			c0, _ := roce.DeviceCounters(dy)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			if err := conformance.WriteStream(x, y, size, b.N, 32); err != nil {
 				b.Fatal(err)
 			}
+			b.StopTimer()
+			// Dropped packets cost retransmissions: the figure means little
+			// if the receiver dropped any.
+			c1, _ := roce.DeviceCounters(dy)
+			b.ReportMetric(float64(c1.BadICRC-c0.BadICRC+c1.Malformed-c0.Malformed), "dropped")
 		})
 	}
 }

@@ -56,6 +56,7 @@ type device struct {
 	// on a multipath fabric, as rxe derives it from the QPN.
 	out    []*sender
 	noGSO  atomic.Bool  // the kernel refused a GSO send: batches go one by one
+	rcvbuf atomic.Int64 // the receive buffer of port 4791's socket, in bytes as the kernel counts them
 	acks   ackQueue     // deferred ACKs
 	polled atomic.Int32 // QPs whose application polls
 	wake   chan struct{}
@@ -239,6 +240,11 @@ func (d *device) setOpts(raw syscall.RawConn, receives bool) {
 		for _, opt := range opts {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], 16<<20) != nil {
 				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], 16<<20)
+			}
+		}
+		if receives {
+			if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+				d.rcvbuf.Store(int64(n))
 			}
 		}
 	})
@@ -512,7 +518,11 @@ func (s *sender) send(raw syscall.RawConn) error {
 func (s *sender) writeFD(fd uintptr) bool {
 	if s.pkt == nil {
 		b := s.b
-		s.err = sendGSO(int(fd), b.buf, b.seg, &b.sa, &b.msg)
+		seg := b.seg
+		if b.n == 1 {
+			seg = 0
+		}
+		s.err = sendGSO(int(fd), b.vec, seg, &b.sa, &b.msg)
 	} else {
 		s.err = sendNB(int(fd), s.pkt, s.sa)
 	}

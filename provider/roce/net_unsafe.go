@@ -63,26 +63,39 @@ func sendNB(fd int, b []byte, sa *sockaddr) error {
 // batch so that sending allocates nothing.
 type gsoMsg struct {
 	hdr unix.Msghdr
-	iov unix.Iovec
+	iov []unix.Iovec                 // room for a batch's pieces
 	oob [unix.SizeofCmsghdr + 8]byte // CMSG_SPACE(sizeof(uint16))
 }
 
-// sendGSO sends b as datagrams of seg bytes each (the last may be shorter)
-// with one system call: the kernel cuts them apart (UDP GSO), giving
-// datagram i the IPv4 identification i.
-func sendGSO(fd int, b []byte, seg int, sa *sockaddr, m *gsoMsg) error {
-	m.iov.Base = &b[0]
-	m.iov.SetLen(len(b))
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&m.oob[0]))
-	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	*(*uint16)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])) = uint16(seg)
+// sendGSO sends the concatenation of vec's pieces as datagrams of seg
+// bytes each (the last may be shorter) with one system call: the kernel
+// gathers the pieces and cuts them apart (UDP GSO), giving datagram i the
+// IPv4 identification i. With seg 0 they are one datagram.
+func sendGSO(fd int, vec [][]byte, seg int, sa *sockaddr, m *gsoMsg) error {
+	n := 0
+	for _, p := range vec {
+		if len(p) > 0 {
+			m.iov[n].Base = &p[0]
+			m.iov[n].SetLen(len(p))
+			n++
+		}
+	}
 	m.hdr.Name = (*byte)(unsafe.Pointer(&sa.raw))
 	m.hdr.Namelen = sa.n
-	m.hdr.Iov = &m.iov
-	m.hdr.SetIovlen(1)
-	m.hdr.Control = &m.oob[0]
-	m.hdr.SetControllen(unix.CmsgSpace(2))
+	m.hdr.Iov = &m.iov[0]
+	m.hdr.SetIovlen(n)
+	if seg > 0 {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&m.oob[0]))
+		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
+		*(*uint16)(unsafe.Pointer(&m.oob[unix.CmsgLen(0)])) = uint16(seg)
+		m.hdr.Control = &m.oob[0]
+		m.hdr.SetControllen(unix.CmsgSpace(2))
+	} else {
+		m.hdr.Control = nil
+		m.hdr.SetControllen(0)
+	}
+	defer clear(m.iov[:n]) // let go of the memory regions
 	for {
 		_, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_DONTWAIT)
 		if e == unix.EINTR {

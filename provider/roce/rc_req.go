@@ -12,10 +12,18 @@ import (
 // Tuning of the requester.
 const (
 	// windowBytes bounds what is sent and not yet acknowledged (or, for a
-	// READ, what is asked for and not yet received): a UDP socket's
-	// receive buffer is about 200 KiB unless CAP_NET_ADMIN raises it, and a
-	// burst beyond the peer's would be dropped and retransmitted.
-	windowBytes = 160 << 10
+	// READ, what is asked for and not yet received) when a connection
+	// starts and after losses: a UDP socket's receive buffer is about
+	// 400 KiB unless net.core.rmem_max or CAP_NET_ADMIN raises it, and a
+	// burst beyond the peer's would be dropped and retransmitted. While
+	// nothing is lost the window grows, up to maxWindowBytes and a quarter
+	// of this device's own receive buffer (the peer's is unknown: a host
+	// like this one, as on loopback, is the guess, and a loss halves the
+	// window again). A larger window lets a peer that the scheduler keeps
+	// off its CPU for a while find a burst waiting, rather than the sender
+	// stop after 160 KiB.
+	windowBytes    = 160 << 10
+	maxWindowBytes = 2 << 20
 	// ackEvery is how many packets of a long message go between two that
 	// ask to be acknowledged (the last one of each message asks too). Each
 	// ACK opens the window by as many, which then leave as one batch: 15
@@ -74,6 +82,8 @@ type sendState struct {
 	rnrTimer *time.Timer
 	goneBack uint32 // the PSN a READ's missing responses were last asked again from (+1; 0: none)
 	nakPSN   uint32 // the PSN of the sequence NAK last gone back for (+1; 0: none since progress)
+	cwnd     int    // the window in packets (window)
+	ssthresh int    // below it the window grows by what is acknowledged, above by one packet an ACK
 	bat      *batch // packets on their way to the socket
 	segs     [][]byte
 	done     []doneWR
@@ -102,6 +112,7 @@ func (s *sendState) start(psn uint32) {
 	s.npsn, s.una, s.nxt = psn, psn, psn
 	s.retries = int(s.q.path.retryCnt)
 	s.rnrLeft = int(s.q.path.rnrRetry)
+	s.cwnd, s.ssthresh = s.minWindow(), s.maxWindow()
 	s.started = true
 }
 
@@ -193,7 +204,31 @@ func (s *sendState) plan(e *swqe) {
 }
 
 // window is the window in packets of the path MTU.
-func (s *sendState) window() int { return max(4, windowBytes/s.q.path.mtu) }
+func (s *sendState) window() int { return max(s.cwnd, s.minWindow()) }
+
+// minWindow is the window a connection starts with, and its least.
+func (s *sendState) minWindow() int { return max(4, windowBytes/s.q.path.mtu) }
+
+// maxWindow is the most the window grows to.
+func (s *sendState) maxWindow() int {
+	return max(s.minWindow(), min(maxWindowBytes, int(s.q.d.rcvbuf.Load())/4)/s.q.path.mtu)
+}
+
+// grow widens the window after k packets were acknowledged.
+func (s *sendState) grow(k int) {
+	if s.cwnd < s.ssthresh {
+		s.cwnd += k
+	} else {
+		s.cwnd++
+	}
+	s.cwnd = min(s.cwnd, s.maxWindow())
+}
+
+// shrink halves the window after a loss.
+func (s *sendState) shrink() {
+	s.cwnd = max(s.minWindow(), s.cwnd/2)
+	s.ssthresh = s.cwnd
+}
 
 // transmit sends what the window allows, in order; q.mu is held.
 func (s *sendState) transmit() {
@@ -248,7 +283,6 @@ func (s *sendState) packet(e *swqe, i int) {
 		n = min(mtu, int(e.total)-off)
 		n = max(n, 0)
 	}
-	pad := ib.Pad(n)
 	se := last && wr.Flags&verbs.SendSolicited != 0
 	switch e.kind {
 	case kSend:
@@ -271,7 +305,7 @@ func (s *sendState) packet(e *swqe, i int) {
 				op = ib.SendLastInv
 			}
 		}
-		b.BTH(op, se, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		b.BTH(op, se, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if op.Info().Mask&(ib.HasImm|ib.HasIETH) != 0 {
 			if wr.Opcode == verbs.WRSendWithInv {
 				b.Imm(wr.InvalidateRKey)
@@ -296,7 +330,7 @@ func (s *sendState) packet(e *swqe, i int) {
 				op = ib.WriteLastImm
 			}
 		}
-		b.BTH(op, se && imm, pad, q.path.pkey, q.path.destQPN, ack, psn)
+		b.BTH(op, se && imm, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if first {
 			b.RETH(wr.RemoteAddr, wr.RKey, e.total)
 		}
@@ -324,20 +358,18 @@ func (s *sendState) packet(e *swqe, i int) {
 	case kAtomicWrite:
 		b.BTH(ib.AtomicWrite, false, 0, q.path.pkey, q.path.destQPN, true, psn)
 		b.RETH(wr.RemoteAddr, wr.RKey, 8)
-		n, pad = 8, 0
-		off = 0
+		n, off = 8, 0
 	}
-	h := len(b.H)
-	pkt := b.H[:h+n+pad]
 	if n > 0 {
-		if e.kind == kAtomicWrite || e.kind == kSend || e.kind == kWrite {
-			segs, _ := q.req.Payload(e.w, s.segs[:0])
-			s.segs = segs
-			engine.CopyFrom(pkt[h:h+n], segs, off)
-		}
+		// The payload is read from the memory region as the batch is
+		// built and flushed (before q.mu is let go): not copied unless
+		// small (batch.addRef).
+		segs, _ := q.req.Payload(e.w, s.segs[:0])
+		s.segs = segs
+		s.bat.addRef(q.d, q.path.dst, len(b.H), segs, off, n)
+	} else {
+		s.bat.add(q.d, q.path.dst, len(b.H))
 	}
-	clear(pkt[h+n:])
-	s.bat.add(q.d, q.path.dst, len(pkt))
 	s.armTimer()
 }
 
@@ -379,6 +411,7 @@ func (s *sendState) timeout() {
 		s.flushDone()
 		return
 	}
+	s.shrink()
 	s.goBack(s.una)
 	q.mu.Unlock()
 }
@@ -527,6 +560,12 @@ func (s *sendState) flushDone() {
 	q := s.q
 	q.mu.Lock()
 	ds := s.done
+	if len(ds) == 0 {
+		// Nothing to hand over: keep the array (taking it would lose it,
+		// and the next completion would allocate another).
+		q.mu.Unlock()
+		return
+	}
 	s.done = nil
 	q.mu.Unlock()
 	more := false
@@ -536,13 +575,11 @@ func (s *sendState) flushDone() {
 	if more {
 		q.req.Transmit()
 	}
-	if len(ds) > 0 {
-		q.mu.Lock()
-		if s.done == nil {
-			s.done = ds[:0] // keep the array
-		}
-		q.mu.Unlock()
+	q.mu.Lock()
+	if s.done == nil {
+		s.done = ds[:0] // keep the array
 	}
+	q.mu.Unlock()
 }
 
 // ack handles an ACK or a NAK.
@@ -550,7 +587,11 @@ func (s *sendState) ack(p *ib.Packet) {
 	syn := p.Syndrome
 	switch syn & 0xE0 {
 	case ib.SyndromeACK:
+		una := s.una
 		if s.ackUpTo(p.PSN) {
+			if k := ib.PSNDiff(s.una, una); k > 0 {
+				s.grow(int(k))
+			}
 			s.restartTimer()
 		}
 		s.transmit()
@@ -586,6 +627,7 @@ func (s *sendState) ack(p *ib.Packet) {
 				s.fail(s.at(0), verbs.WCRetryExcErr)
 				return
 			}
+			s.shrink()
 			s.goBack(p.PSN)
 		case ib.NAKInvalidReq:
 			s.fail(s.at(0), verbs.WCRemInvReqErr)
@@ -621,6 +663,7 @@ func (s *sendState) readResponse(p *ib.Packet) {
 		// Responses were lost: ask again from the first missing one, once.
 		if d < int32(e.psns) && s.goneBack != want+1 {
 			s.goneBack = want + 1
+			s.shrink()
 			s.goBack(want)
 		}
 		return
@@ -643,6 +686,7 @@ func (s *sendState) readResponse(p *ib.Packet) {
 	e.got++
 	s.una = ib.PSNAdd(p.PSN, 1)
 	s.progressed()
+	s.grow(1)
 	if !last {
 		s.restartTimer()
 		return

@@ -35,8 +35,9 @@ type respState struct {
 	res     []resEntry
 	resNext int
 
-	bat   *batch // packets on their way to the socket
-	ackAt int    // the place+1 of this QP's deferred ACK in the device's queue (acks' lock)
+	bat   *batch    // packets on their way to the socket
+	data  [1][]byte // put's payload, as batch.addRef takes it
+	ackAt int       // the place+1 of this QP's deferred ACK in the device's queue (acks' lock)
 }
 
 type resEntry struct {
@@ -440,12 +441,12 @@ func (r *respState) out(h, data []byte) {
 }
 
 // put adds a packet to the batch: headers h built at its tail, payload
-// data after them, padded. The batch waits for room in the socket rather
-// than drop (the responder runs on the receive side, which may wait).
+// data (a READ's, in its memory region: not copied unless small, see
+// batch.addRef) after them, padded. The batch waits for room in the
+// socket rather than drop (the responder runs on the receive side, which
+// may wait).
 func (r *respState) put(h, data []byte) {
-	n := len(h) + len(data) + ib.Pad(len(data))
-	pkt := h[:n]
-	copy(pkt[len(h):], data)
-	clear(pkt[len(h)+len(data):])
-	r.bat.add(r.q.d, r.peer, n)
+	r.data[0] = data
+	r.bat.addRef(r.q.d, r.peer, len(h), r.data[:], 0, len(data))
+	r.data[0] = nil
 }

@@ -49,11 +49,8 @@ func (q *qp) sendUD(w *engine.WQE) engine.Result {
 	if op == ib.UDSendOnlyImm {
 		b.Imm(wr.ImmData)
 	}
-	h := len(b.H)
-	pkt := b.H[:h+n+ib.Pad(n)]
-	engine.CopyFrom(pkt[h:h+n], segs, 0)
-	clear(pkt[h+n:])
-	q.s.bat.add(q.d, dst, len(pkt))
+	// The kernel copies the payload as the batch is flushed, before Send returns.
+	q.s.bat.addRef(q.d, dst, len(b.H), segs, 0, n)
 	q.s.bat.flush(q.d) // a post is one datagram (a list of them could share a batch)
 	return engine.ResultOK
 }
