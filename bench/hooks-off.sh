@@ -19,10 +19,10 @@ git worktree add -q --detach "$work/tree" HEAD
 git diff HEAD | (cd "$work/tree" && git apply --allow-empty)
 (
 	cd "$work/tree"
-	sed -i 's/faultHook\.Load()/(*FaultHook)(nil)/g; s/captureHook\.Load()/(*CaptureHook)(nil)/g; s/recvFaultHook\.Load()/(*RecvFaultHook)(nil)/g' \
+	sed -i 's/faultHook\.Get()/(*FaultHook)(nil)/g; s/captureHook\.Get()/(*CaptureHook)(nil)/g; s/recvFaultHook\.Get()/(*RecvFaultHook)(nil)/g' \
 		internal/engine/*.go
 	sed -i 's/tracer\.Load()/(*tracerBox)(nil)/g' verbs/qp.go verbs/cq.go
-	sed -i 's/captureFn\.Load() != nil/false/g' provider/iwarp/*.go
+	sed -i 's/captureFn\.Get() != nil/false/g' provider/iwarp/*.go
 	go vet ./internal/engine ./verbs ./provider/iwarp
 )
 

@@ -1,8 +1,7 @@
 package engine
 
 import (
-	"sync/atomic"
-
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -31,20 +30,11 @@ type CaptureOp struct {
 // CaptureHook receives the operations of devices without OwnCapture.
 type CaptureHook func(op *CaptureOp)
 
-var captureHook atomic.Pointer[CaptureHook]
+var captureHook hook.Hook[CaptureHook]
 
 // SetCaptureHook sets the process's capture hook (nil: none) and returns
 // the one it replaces.
-func SetCaptureHook(h CaptureHook) CaptureHook {
-	var p *CaptureHook
-	if h != nil {
-		p = &h
-	}
-	if old := captureHook.Swap(p); old != nil {
-		return *old
-	}
-	return nil
-}
+func SetCaptureHook(h CaptureHook) CaptureHook { return captureHook.Set(h, h == nil) }
 
 // capture shows w to the hook h, going out or done; q.mu is held.
 func (q *QP) capture(h CaptureHook, w *WQE, done bool) {

@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -43,20 +43,11 @@ type FaultAction struct {
 // FaultHook decides the fate of each send request.
 type FaultHook func(p *FaultPoint) FaultAction
 
-var faultHook atomic.Pointer[FaultHook]
+var faultHook hook.Hook[FaultHook]
 
 // SetFaultHook sets the process's fault hook (nil: none) and returns the
 // one it replaces.
-func SetFaultHook(h FaultHook) FaultHook {
-	var p *FaultHook
-	if h != nil {
-		p = &h
-	}
-	if old := faultHook.Swap(p); old != nil {
-		return *old
-	}
-	return nil
-}
+func SetFaultHook(h FaultHook) FaultHook { return faultHook.Set(h, h == nil) }
 
 // askFault consults the hook about w, which is about to go out; q.mu is
 // held. It reports whether w goes out now; when it does not, w is held
@@ -111,20 +102,11 @@ type RecvFaultPoint struct {
 // fails the QP); success lets it go.
 type RecvFaultHook func(p *RecvFaultPoint) verbs.WCStatus
 
-var recvFaultHook atomic.Pointer[RecvFaultHook]
+var recvFaultHook hook.Hook[RecvFaultHook]
 
 // SetRecvFaultHook sets the process's receive fault hook (nil: none) and
 // returns the one it replaces.
-func SetRecvFaultHook(h RecvFaultHook) RecvFaultHook {
-	var p *RecvFaultHook
-	if h != nil {
-		p = &h
-	}
-	if old := recvFaultHook.Swap(p); old != nil {
-		return *old
-	}
-	return nil
-}
+func SetRecvFaultHook(h RecvFaultHook) RecvFaultHook { return recvFaultHook.Set(h, h == nil) }
 
 // askRecvFault consults the hook about the receive wrid, which an incoming
 // message is about to fill.

@@ -143,7 +143,7 @@ func (q *QP) deliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff)
 		q.rq.head++
 	}
 	n := 0
-	if h := recvFaultHook.Load(); h != nil {
+	if h := recvFaultHook.Get(); h != nil {
 		st = q.askRecvFault(*h, wc.WRID)
 	}
 	for _, s := range sge {

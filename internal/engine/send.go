@@ -62,7 +62,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	i, out := 0, false
 	var perr error
 	// A fault or capture hook sees every request go out: no direct path.
-	if q.direct != nil && faultHook.Load() == nil && captureHook.Load() == nil {
+	if q.direct != nil && faultHook.Get() == nil && captureHook.Get() == nil {
 		called := false
 		for ; i < len(wrs); i++ {
 			wr := &wrs[i]
@@ -396,11 +396,11 @@ func (q *QP) progressLocked() {
 			break
 		}
 		w.state = wqeTx
-		if h := faultHook.Load(); h != nil && !w.asked && !q.askFault(*h, w) {
+		if h := faultHook.Get(); h != nil && !w.asked && !q.askFault(*h, w) {
 			q.retire()
 			continue
 		}
-		if h := captureHook.Load(); h != nil {
+		if h := captureHook.Get(); h != nil {
 			q.capture(*h, w, false)
 		}
 		seq, kicks := w.seq, q.kicks.Load()
@@ -511,7 +511,7 @@ func (q *QP) retire() {
 			break
 		}
 		q.countSend(w)
-		if h := captureHook.Load(); h != nil {
+		if h := captureHook.Get(); h != nil {
 			q.capture(*h, w, true)
 		}
 		if w.signaled || w.status != verbs.WCSuccess {

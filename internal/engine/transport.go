@@ -317,7 +317,7 @@ func (r Responder) TakeRecv() (*RecvCtx, bool) { return r.q.takeRecv() }
 // fault (SetRecvFaultHook) is reported here too, as WCLocProtErr or
 // WCLocLenErr: the transport handles it as it handles a real one.
 func (r Responder) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCStatus) {
-	if h := recvFaultHook.Load(); h != nil {
+	if h := recvFaultHook.Get(); h != nil {
 		if st := r.q.askRecvFault(*h, rc.WRID); st != verbs.WCSuccess {
 			return dst, st
 		}

@@ -3,7 +3,8 @@ package iwarp
 import (
 	"net"
 	"net/netip"
-	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/hook"
 )
 
 // CaptureFunc receives the bytes of an iWARP connection's TCP stream as
@@ -15,26 +16,17 @@ import (
 // valid during the call.
 type CaptureFunc func(src, dst netip.AddrPort, sent bool, qpn uint32, b [][]byte)
 
-var captureFn atomic.Pointer[CaptureFunc]
+var captureFn hook.Hook[CaptureFunc]
 
 // SetCapture sets the function that receives the stream of every iWARP
 // connection of the process (nil: none); it returns the one it replaces.
 // With none set, the cost is an atomic load per transmitted message and
 // per received FPDU.
-func SetCapture(f CaptureFunc) CaptureFunc {
-	var p *CaptureFunc
-	if f != nil {
-		p = &f
-	}
-	if old := captureFn.Swap(p); old != nil {
-		return *old
-	}
-	return nil
-}
+func SetCapture(f CaptureFunc) CaptureFunc { return captureFn.Set(f, f == nil) }
 
 // capturing returns the capture function, or nil.
 func capturing() CaptureFunc {
-	if p := captureFn.Load(); p != nil {
+	if p := captureFn.Get(); p != nil {
 		return *p
 	}
 	return nil
@@ -72,7 +64,7 @@ func writeFrame(nc net.Conn, qpn uint32, b []byte) error {
 
 // record reports a message about to be written to the capture.
 func (c *conn) record(iov [][]byte) {
-	if captureFn.Load() != nil {
+	if captureFn.Get() != nil {
 		captureOut(c.nc, c.ep.Num(), iov)
 	}
 }

@@ -275,7 +275,7 @@ func (c *conn) pump(fd int, drain bool) error {
 			if err := s.fill(fd, hl); err != nil {
 				return err
 			}
-			if s.cap = captureFn.Load() != nil; s.cap {
+			if s.cap = captureFn.Get() != nil; s.cap {
 				s.capBuf = s.capBuf[:0]
 				if f := wire.FPDULen(s.ulen); herr == nil && f == hl+wire.TrailerLen(s.ulen) && f <= len(s.buf) {
 					// No payload: the FPDU is recorded whole before it

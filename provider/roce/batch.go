@@ -233,7 +233,7 @@ func (b *batch) flush(d *device) {
 		}
 		switch err {
 		case nil:
-			if captureFn.Load() != nil {
+			if captureFn.Get() != nil {
 				var r vecReader
 				for i := 0; i < b.n; i++ {
 					b.captured(d, uint16(i), r.next(b, min(b.seg, b.size-r.done)))
@@ -332,7 +332,7 @@ func (b *batch) captured(d *device, id uint16, pkt []byte) {
 
 // send sends one packet of the batch.
 func (b *batch) send(d *device, pkt []byte) {
-	if captureFn.Load() != nil {
+	if captureFn.Get() != nil {
 		b.captured(d, 0, pkt)
 	}
 	if err := d.write(b, pkt); err != nil {

@@ -389,7 +389,7 @@ func (d *device) setPolled(on bool) {
 
 // receive checks a datagram and hands it to its QP.
 func (d *device) receive(b []byte, from netip.AddrPort, ho *engine.Handoff) {
-	if captureFn.Load() != nil {
+	if captureFn.Get() != nil {
 		d.captured(from, netip.AddrPortFrom(d.addr, ib.UDPPort), 0, b)
 	}
 	if len(b) < ib.BTHLen+ib.ICRCLen {
@@ -457,7 +457,7 @@ func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
 	pkt = pkt[:len(pkt)+ib.ICRCLen]
 	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
 	d.tx.pkt, d.tx.sa, d.tx.wait, d.tx.err = pkt, sa, wait, nil
-	if captureFn.Load() != nil {
+	if captureFn.Get() != nil {
 		d.captured(netip.AddrPortFrom(d.addr, ib.UDPPort), netip.AddrPortFrom(to, ib.UDPPort), 0, pkt)
 	}
 	err := d.tx.send(raw)

@@ -2,7 +2,8 @@ package roce
 
 import (
 	"net/netip"
-	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/hook"
 )
 
 // What happens to a datagram a device sends, under SetWireFaults.
@@ -37,24 +38,15 @@ func SetWireFaults(f func(pkt []byte) FaultKind) (restore func()) {
 // ICRC covers), and the RoCE packet (BTH to ICRC), valid during the call.
 type CaptureFunc func(dev string, src, dst netip.AddrPort, ipID uint16, pkt []byte)
 
-var captureFn atomic.Pointer[CaptureFunc]
+var captureFn hook.Hook[CaptureFunc]
 
 // SetCapture makes every RoCE device of the process show its datagrams to
 // f (nil: none), for package capture; it returns the previous one.
-func SetCapture(f CaptureFunc) CaptureFunc {
-	var p *CaptureFunc
-	if f != nil {
-		p = &f
-	}
-	if old := captureFn.Swap(p); old != nil {
-		return *old
-	}
-	return nil
-}
+func SetCapture(f CaptureFunc) CaptureFunc { return captureFn.Set(f, f == nil) }
 
 // captured shows a datagram to the capture function, if one is set.
 func (d *device) captured(src, dst netip.AddrPort, id uint16, pkt []byte) {
-	if f := captureFn.Load(); f != nil {
+	if f := captureFn.Get(); f != nil {
 		(*f)(d.eng.Name(), src, dst, id, pkt)
 	}
 }
