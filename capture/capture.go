@@ -307,15 +307,7 @@ func (r *Recorder) response(o *engine.CaptureOp, wr *verbs.SendWR, data []byte, 
 		for i := range pkts {
 			b.H = b.H[:0]
 			chunk := data[min(i*mtu, len(data)):min((i+1)*mtu, len(data))]
-			op := ib.ReadResponseMid
-			switch {
-			case pkts == 1:
-				op = ib.ReadResponseOnly
-			case i == 0:
-				op = ib.ReadResponseFirst
-			case i == pkts-1:
-				op = ib.ReadResponseLast
-			}
+			op := ib.ReadResponseOpcode(i, pkts)
 			b.BTH(op, false, ib.Pad(len(chunk)), ib.DefaultPKey, o.QPNum, false, ib.PSNAdd(first, i))
 			if op.Info().Mask&ib.HasAETH != 0 {
 				b.AETH(ib.SyndromeACK|0x1F, 0)
@@ -340,40 +332,12 @@ func (r *Recorder) response(o *engine.CaptureOp, wr *verbs.SendWR, data []byte, 
 	}
 }
 
+// msgOpcode is the opcode of a SEND's or an RDMA WRITE's packet.
 func msgOpcode(op verbs.WROpcode, first, last bool) ib.Opcode {
-	imm, inv := op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm, op == verbs.WRSendWithInv
 	if op == verbs.WRRDMAWrite || op == verbs.WRRDMAWriteWithImm {
-		switch {
-		case first && last && imm:
-			return ib.WriteOnlyImm
-		case first && last:
-			return ib.WriteOnly
-		case first:
-			return ib.WriteFirst
-		case last && imm:
-			return ib.WriteLastImm
-		case last:
-			return ib.WriteLast
-		}
-		return ib.WriteMiddle
+		return ib.WriteOpcode(first, last, op == verbs.WRRDMAWriteWithImm)
 	}
-	switch {
-	case first && last && imm:
-		return ib.SendOnlyImm
-	case first && last && inv:
-		return ib.SendOnlyInv
-	case first && last:
-		return ib.SendOnly
-	case first:
-		return ib.SendFirst
-	case last && imm:
-		return ib.SendLastImm
-	case last && inv:
-		return ib.SendLastInv
-	case last:
-		return ib.SendLast
-	}
-	return ib.SendMiddle
+	return ib.SendOpcode(first, last, op == verbs.WRSendWithImm, op == verbs.WRSendWithInv)
 }
 
 func ud(op verbs.WROpcode) ib.Opcode {

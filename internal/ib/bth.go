@@ -397,3 +397,57 @@ func (b *Builder) FETH(v uint32) { binary.BigEndian.PutUint32(b.grow(FETHLen), v
 
 // Pad returns the pad count for a payload of n bytes.
 func Pad(n int) int { return -n & 3 }
+
+// SendOpcode is the opcode of a SEND's packet: first and last say where it
+// stands in its message, imm and inv ask for the variant that carries
+// immediate data or an rkey to invalidate (on the last or only packet).
+func SendOpcode(first, last, imm, inv bool) Opcode {
+	switch {
+	case first && last && imm:
+		return SendOnlyImm
+	case first && last && inv:
+		return SendOnlyInv
+	case first && last:
+		return SendOnly
+	case first:
+		return SendFirst
+	case last && imm:
+		return SendLastImm
+	case last && inv:
+		return SendLastInv
+	case last:
+		return SendLast
+	}
+	return SendMiddle
+}
+
+// WriteOpcode is the opcode of an RDMA WRITE's packet (imm: with immediate
+// data, on the last or only packet).
+func WriteOpcode(first, last, imm bool) Opcode {
+	switch {
+	case first && last && imm:
+		return WriteOnlyImm
+	case first && last:
+		return WriteOnly
+	case first:
+		return WriteFirst
+	case last && imm:
+		return WriteLastImm
+	case last:
+		return WriteLast
+	}
+	return WriteMiddle
+}
+
+// ReadResponseOpcode is the opcode of response i of the n a READ takes.
+func ReadResponseOpcode(i, n int) Opcode {
+	switch {
+	case n == 1:
+		return ReadResponseOnly
+	case i == 0:
+		return ReadResponseFirst
+	case i == n-1:
+		return ReadResponseLast
+	}
+	return ReadResponseMid
+}

@@ -286,25 +286,7 @@ func (s *sendState) packet(e *swqe, i int) {
 	se := last && wr.Flags&verbs.SendSolicited != 0
 	switch e.kind {
 	case kSend:
-		op := ib.SendMiddle
-		switch {
-		case first && last:
-			op = ib.SendOnly
-			if wr.Opcode == verbs.WRSendWithImm {
-				op = ib.SendOnlyImm
-			} else if wr.Opcode == verbs.WRSendWithInv {
-				op = ib.SendOnlyInv
-			}
-		case first:
-			op = ib.SendFirst
-		case last:
-			op = ib.SendLast
-			if wr.Opcode == verbs.WRSendWithImm {
-				op = ib.SendLastImm
-			} else if wr.Opcode == verbs.WRSendWithInv {
-				op = ib.SendLastInv
-			}
-		}
+		op := ib.SendOpcode(first, last, wr.Opcode == verbs.WRSendWithImm, wr.Opcode == verbs.WRSendWithInv)
 		b.BTH(op, se, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if op.Info().Mask&(ib.HasImm|ib.HasIETH) != 0 {
 			if wr.Opcode == verbs.WRSendWithInv {
@@ -314,22 +296,8 @@ func (s *sendState) packet(e *swqe, i int) {
 			}
 		}
 	case kWrite:
-		op := ib.WriteMiddle
 		imm := wr.Opcode == verbs.WRRDMAWriteWithImm
-		switch {
-		case first && last:
-			op = ib.WriteOnly
-			if imm {
-				op = ib.WriteOnlyImm
-			}
-		case first:
-			op = ib.WriteFirst
-		case last:
-			op = ib.WriteLast
-			if imm {
-				op = ib.WriteLastImm
-			}
-		}
+		op := ib.WriteOpcode(first, last, imm)
 		b.BTH(op, se && imm, ib.Pad(n), q.path.pkey, q.path.destQPN, ack, psn)
 		if first {
 			b.RETH(wr.RemoteAddr, wr.RKey, e.total)

@@ -294,15 +294,7 @@ func (r *respState) readResponses(psn uint32, src []byte) {
 	mtu := r.q.path.mtu
 	n := max(1, (len(src)+mtu-1)/mtu)
 	for i := range n {
-		op := ib.ReadResponseMid
-		switch {
-		case n == 1:
-			op = ib.ReadResponseOnly
-		case i == 0:
-			op = ib.ReadResponseFirst
-		case i == n-1:
-			op = ib.ReadResponseLast
-		}
+		op := ib.ReadResponseOpcode(i, n)
 		chunk := src[min(i*mtu, len(src)):min((i+1)*mtu, len(src))]
 		var b ib.Builder
 		b.H = r.bat.tail()
