@@ -235,6 +235,29 @@ func SettleDeadline(ctx context.Context, err error) {
 	}
 }
 
+// DialLimit bounds a transport's Dial: dctx has ctx's deadline, longer or
+// shorter, or limit when ctx has none; ended turns the error of a step that
+// was cut short into the Dial's error (Ended when ctx ended, TimedOut when
+// limit passed) and returns nil for any other error. Call cancel when the
+// Dial returns.
+func DialLimit(ctx context.Context, limit time.Duration) (dctx context.Context, cancel context.CancelFunc, ended func(what string, err error) error) {
+	dctx, cancel = ctx, func() {}
+	if _, ok := ctx.Deadline(); !ok {
+		dctx, cancel = context.WithTimeout(ctx, limit)
+	}
+	ended = func(what string, err error) error {
+		SettleDeadline(dctx, err)
+		switch {
+		case ctx.Err() != nil:
+			return Ended(ctx, what)
+		case dctx.Err() != nil:
+			return TimedOut(what, limit)
+		}
+		return nil
+	}
+	return dctx, cancel, ended
+}
+
 // DefaultTimeout is how long a transport's Dial waits for the peer's
 // answer when its context has no deadline (a deadline, shorter or longer,
 // replaces it).

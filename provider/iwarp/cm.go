@@ -137,23 +137,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		return nil, fmt.Errorf("%w: %d bytes of private data (at most %d)", verbs.ErrInvalid, len(p.PrivateData), wire.SiwMaxULPPrivate)
 	}
 	// The caller's deadline, longer or shorter, replaces ConnectTimeout.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		dctx, cancel = context.WithTimeout(ctx, cfg.ConnectTimeout)
-	}
+	dctx, cancel, ended := cm.DialLimit(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	// ended is the error of a step cut short by the end of ctx or of
-	// ConnectTimeout, or nil.
-	ended := func(what string, err error) error {
-		cm.SettleDeadline(dctx, err)
-		switch {
-		case ctx.Err() != nil:
-			return cm.Ended(ctx, what)
-		case dctx.Err() != nil:
-			return cm.TimedOut(what, cfg.ConnectTimeout)
-		}
-		return nil
-	}
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {

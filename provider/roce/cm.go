@@ -422,20 +422,16 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	}
 	// A REQ goes out every cmRetryGap until the caller's deadline, longer
 	// or shorter, or for cm.DefaultTimeout when ctx has none.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		dctx, cancel = context.WithTimeout(ctx, cm.DefaultTimeout)
-	}
+	dctx, cancel, ended := cm.DialLimit(ctx, cm.DefaultTimeout)
 	defer cancel()
 	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
 		reply, ok, err := c.waitReply(dctx, cmRetryGap)
 		if err != nil {
-			what := fmt.Sprintf("no answer from %v to %d connection requests", ap, try)
-			if ctx.Err() != nil {
-				return failDial(cm.Ended(ctx, what))
+			if e := ended(fmt.Sprintf("no answer from %v to %d connection requests", ap, try), err); e != nil {
+				err = e
 			}
-			return failDial(cm.TimedOut(what, cm.DefaultTimeout))
+			return failDial(err)
 		}
 		if !ok {
 			continue

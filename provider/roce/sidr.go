@@ -118,10 +118,7 @@ func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byt
 	req.Marshal(m[:], binary.BigEndian.Uint64(b[4:]), pd[:])
 	// A request goes out every cmRetryGap until the caller's deadline,
 	// longer or shorter, or for cm.DefaultTimeout when ctx has none.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		dctx, cancel = context.WithTimeout(ctx, cm.DefaultTimeout)
-	}
+	dctx, cancel, ended := cm.DialLimit(ctx, cm.DefaultTimeout)
 	defer cancel()
 	t := time.NewTimer(cmRetryGap)
 	defer t.Stop()
@@ -144,11 +141,7 @@ func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byt
 				return cm.UDPeer{}, &cm.RejectedError{PrivateData: pd, Reason: fmt.Sprintf("SIDR status %d", rep.Status)}
 			}
 		case <-dctx.Done():
-			what := fmt.Sprintf("no answer from %v to %d UD resolution requests", ap, try)
-			if ctx.Err() != nil {
-				return cm.UDPeer{}, cm.Ended(ctx, what)
-			}
-			return cm.UDPeer{}, cm.TimedOut(what, cm.DefaultTimeout)
+			return cm.UDPeer{}, ended(fmt.Sprintf("no answer from %v to %d UD resolution requests", ap, try), dctx.Err())
 		case <-t.C:
 			t.Reset(cmRetryGap)
 		}

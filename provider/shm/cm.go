@@ -434,21 +434,8 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 		return nil, fmt.Errorf("%w: empty address (a path or @name)", verbs.ErrInvalid)
 	}
 	// The caller's deadline, longer or shorter, replaces DialTimeout.
-	dctx, cancel := ctx, context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		dctx, cancel = context.WithTimeout(ctx, cfg.DialTimeout)
-	}
+	dctx, cancel, ended := cm.DialLimit(ctx, cfg.DialTimeout)
 	defer cancel()
-	ended := func(what string, err error) error {
-		cm.SettleDeadline(dctx, err)
-		switch {
-		case ctx.Err() != nil:
-			return cm.Ended(ctx, what)
-		case dctx.Err() != nil:
-			return cm.TimedOut(what, cfg.DialTimeout)
-		}
-		return nil
-	}
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "unixpacket", addr)
 	if err != nil {
