@@ -104,20 +104,7 @@ func toRTR(t testing.TB, q, dest *verbs.QP, attr verbs.QPAttr) error {
 }
 
 func (fixture) ActivateUD(t testing.TB, q *verbs.QP, qkey uint32) error {
-	steps := []struct {
-		a verbs.QPAttr
-		m verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := q.Modify(&s.a, s.m); err != nil {
-			return fmt.Errorf("UD QP %#x to %v: %w", q.Num(), s.a.QPState, err)
-		}
-	}
-	return nil
+	return conformance.ActivateUD(q, qkey)
 }
 
 func (fixture) AHTo(t testing.TB, ctx *verbs.Context) verbs.AHAttr {
