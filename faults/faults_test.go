@@ -19,6 +19,22 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
+// waitDisconnected waits (10 s at most) for id's peer to disconnect.
+func waitDisconnected(t *testing.T, id *rdmacm.ID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e, err := id.NextEvent(ctx)
+		if err != nil {
+			t.Fatalf("the peer saw no disconnect: %v", err)
+		}
+		if e.Type == rdmacm.EventDisconnected {
+			return
+		}
+	}
+}
+
 func inject(t *testing.T, p faults.Plan) *faults.Injector {
 	t.Helper()
 	in, err := faults.Inject(p)
@@ -100,17 +116,7 @@ func TestKillQP(t *testing.T) {
 			// closes (a disconnect); over the IB transports nothing is
 			// said, and its next request fails.
 			if tr == "iwarp" {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				for {
-					e, err := b.ID.NextEvent(ctx)
-					if err != nil {
-						t.Fatalf("the peer saw no disconnect: %v", err)
-					}
-					if e.Type == rdmacm.EventDisconnected {
-						break
-					}
-				}
+				waitDisconnected(t, b.ID)
 			}
 			if err := b.QP.PostSend([]verbs.SendWR{b.Write(9, a, 512)}); err == nil {
 				if wc := conformance.Poll1(t, b.SCQ); wc.Status == verbs.WCSuccess {
@@ -314,17 +320,7 @@ func TestDisconnect(t *testing.T) {
 		t.Fatalf("completion %s, want wr_id 1 flushed", conformance.Describe(wc))
 	}
 	conformance.WaitState(t, a.QP, verbs.QPSErr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		e, err := b.ID.NextEvent(ctx)
-		if err != nil {
-			t.Fatalf("the peer saw no disconnect: %v", err)
-		}
-		if e.Type == rdmacm.EventDisconnected {
-			break
-		}
-	}
+	waitDisconnected(t, b.ID)
 	// No fatal event for the QP: the context's next event, if any, is not one.
 	c, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
