@@ -189,6 +189,25 @@ func copyBytes(d, s []byte) int {
 	return copy(d, s)
 }
 
+// AppendRange appends to dst the pieces of the segment list segs that hold
+// its n bytes from byte offset off (fewer when segs end first).
+func AppendRange(dst, segs [][]byte, off, n int) [][]byte {
+	for _, s := range segs {
+		if n <= 0 {
+			break
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		k := min(len(s)-off, n)
+		dst = append(dst, s[off:off+k])
+		n -= k
+		off = 0
+	}
+	return dst
+}
+
 // TotalLen returns the number of bytes in a segment list.
 func TotalLen(segs [][]byte) int {
 	n := 0

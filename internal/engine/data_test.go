@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 )
 
@@ -39,6 +40,31 @@ func TestCopyPieces(t *testing.T) {
 		short := make([]byte, n/2)
 		if got := copyBytes(short, src[:n]); got != n/2 || !bytes.Equal(short, src[:n/2]) {
 			t.Fatalf("copyBytes %d into %d: %d", n, n/2, got)
+		}
+	}
+}
+
+// AppendRange gives the pieces that hold a byte range of a segment list,
+// across segment boundaries, skipping empty segments, short at the end.
+func TestAppendRange(t *testing.T) {
+	segs := [][]byte{[]byte("abc"), nil, []byte("defg"), []byte("hi")}
+	for _, c := range []struct {
+		off, n int
+		want   []string
+	}{
+		{0, 9, []string{"abc", "defg", "hi"}},
+		{2, 3, []string{"c", "de"}},
+		{3, 4, []string{"defg"}},
+		{5, 10, []string{"fg", "hi"}},
+		{9, 1, nil},
+		{1, 0, nil},
+	} {
+		var got []string
+		for _, p := range AppendRange(nil, segs, c.off, c.n) {
+			got = append(got, string(p))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("AppendRange(off %d, n %d) = %q, want %q", c.off, c.n, got, c.want)
 		}
 	}
 }

@@ -396,22 +396,8 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 // setDst makes n bytes of the segment list segs, from byte offset off, the
 // destination of the current payload.
 func (s *rxSide) setDst(segs [][]byte, off, n int) {
-	d := s.dstBuf[:0]
-	for _, seg := range segs {
-		if n == 0 {
-			break
-		}
-		if off >= len(seg) {
-			off -= len(seg)
-			continue
-		}
-		k := min(len(seg)-off, n)
-		d = append(d, seg[off:off+k])
-		n -= k
-		off = 0
-	}
-	s.dstBuf = d
-	s.dst = d
+	s.dstBuf = engine.AppendRange(s.dstBuf[:0], segs, off, n)
+	s.dst = s.dstBuf
 }
 
 // rxHeader checks a complete FPDU header and prepares the payload's

@@ -50,8 +50,9 @@ type batch struct {
 	sa     sockaddr
 	msg    gsoMsg
 	crc    ib.Scratch
-	one    []byte // a packet gathered from its pieces, to go alone
-	held   []byte // a packet a wire fault holds back (reorder), with its ICRC
+	one    []byte   // a packet gathered from its pieces, to go alone
+	parts  [][]byte // addRef's payload pieces (reused)
+	held   []byte   // a packet a wire fault holds back (reorder), with its ICRC
 	heldTo netip.Addr
 }
 
@@ -150,23 +151,15 @@ func (b *batch) addRef(d *device, to netip.Addr, h int, segs [][]byte, off, n in
 		b.add(d, to, len(pkt))
 		return
 	}
-	pieces := 2 + countPieces(segs, off, n) // and the headers, the trailer
+	b.parts = engine.AppendRange(b.parts[:0], segs, off, n)
+	pieces := 2 + len(b.parts) // and the headers, the trailer
 	size := h + n + pad
 	l := size + ib.ICRCLen
 	start := b.join(d, to, l, h, pieces)
 	hdr := b.buf[start : start+h]
 	c := b.startICRC(d, to, size, hdr, b.n)
 	b.appendLocal(start, start+h)
-	for _, s := range segs {
-		if n == 0 {
-			break
-		}
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		p := s[off:min(len(s), off+n)]
-		off, n = 0, n-len(p)
+	for _, p := range b.parts {
 		c = ib.UpdateICRC(c, p)
 		b.vec = append(b.vec, p)
 		b.local = -1
@@ -179,24 +172,6 @@ func (b *batch) addRef(d *device, to netip.Addr, h int, segs [][]byte, off, n in
 	b.n++
 	b.size += l
 	b.roomLeft(d)
-}
-
-// countPieces is how many of segs the n bytes at offset off span.
-func countPieces(segs [][]byte, off, n int) int {
-	k := 0
-	for _, s := range segs {
-		if n <= 0 {
-			break
-		}
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n -= len(s) - off
-		off = 0
-		k++
-	}
-	return k
 }
 
 // icrc is the ICRC of pkt as datagram i of its batch.
