@@ -42,6 +42,7 @@ type txState struct {
 	off   uint32 // payload bytes already in the ring
 	start uint64 // ring position of its first record
 	busy  bool
+	kind  uint8 // the records it goes in (sendMsg)
 }
 
 // Send implements engine.Transport.
@@ -227,6 +228,15 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
 		return c.sendMsg(w, recSend, 0, 0)
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		if resume && c.out.cur.busy {
+			// Resumed inside the records it started: on in them, even if
+			// the mapping came or the ring emptied meanwhile (the direct
+			// way would place the message a second time).
+			if c.out.cur.kind == recImm {
+				return c.sendMsg(w, recImm, 0, 0)
+			}
+			return c.sendMsg(w, recWrite, wr.RKey, wr.RemoteAddr)
+		}
 		r, res, ok := c.direct(w, verbs.AccessRemoteWrite, wr.RemoteAddr, w.Len)
 		if !ok {
 			return res
@@ -356,7 +366,8 @@ func (c *conn) peerFailed() bool { return atomic.LoadUint32(c.peer.U32(offState)
 // while the peer's poll consumes the ring at once. (Stalling for it made a
 // short stream of 8-byte WRITEs wait 10 to 40 ms for its first one.) A
 // larger request waits for the mapping: through the ring its bytes would
-// be copied twice.
+// be copied twice. The same sizes go through the peer when requests of
+// ours are still in the ring (RC order); larger ones wait for them.
 func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint32) (r *remote, res engine.Result, ok bool) {
 	if n == 0 {
 		return nil, res, true
@@ -377,6 +388,14 @@ func (c *conn) direct(w *engine.WQE, need verbs.AccessFlags, addr uint64, n uint
 		c.fail(errCorrupt)
 		return nil, engine.Fail(verbs.WCWRFlushErr), false
 	case viaOrder:
+		if n <= oneSidedDirectMax {
+			// Through the ring, behind the requests before it, rather
+			// than waiting until the peer has consumed them: a stream of
+			// WRITE WITH IMMEDIATEs (each one's immediate a record) went
+			// one at a time, the peer poking us for each (rsocket over
+			// shm: 3.4 us per 64-byte message, 0.3 through the ring).
+			return nil, res, true
+		}
 		return nil, c.stall(), false
 	}
 	return r, res, true
@@ -472,6 +491,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 	}
 	maxp := uint32(c.out.ring.MaxPayload())
 	c.out.cur.busy = true
+	c.out.cur.kind = kind
 	for {
 		off := c.out.cur.off
 		n := min(maxp, total-off)
