@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
@@ -19,11 +20,15 @@ type sender struct {
 	src   [][]byte
 	dst   [][]byte
 	last  *remote // the last region used directly
-	// What oneSidedDirect keeps for the next request of a PostSend list
-	// (DirectEnd lets go of it): a region held, and the access to it that
-	// remoteAccess allowed (dOK: the next request of the kind needs only
-	// its bounds checked).
+	// What oneSidedDirect keeps between requests (see it): the region it
+	// last used, held (its mapping stays), across PostSends; the window
+	// count (offDirect, our copy: the peer may write the shared word);
+	// whether a window is open (until DirectEnd); and the access the
+	// window's checks allowed on dHeld (dOK: the next request of the kind
+	// needs only its bounds checked).
 	dHeld   *remote
+	dWin    uint64
+	dOpen   bool
 	dOK     verbs.AccessFlags
 	stallAt atomic.Uint64
 	stalled atomic.Bool // Send stalled for ring space or ordering
@@ -113,28 +118,42 @@ const oneSidedDirectMax = 64 << 10
 // QP's lock (other posters and completions do not wait for it), and whose
 // own cost is small beside such a copy.
 //
-// It does not enter the connection (see enter): the mapping it copies
-// through is held (acquire), so not unmapped under it, and the segments'
-// words it reads stay valid memory once retired. The region stays held
-// (and counted in the peer's slot, so a revocation waits for it) until
-// DirectEnd, at the end of the PostSend: the requests of a list to one
-// region pay for the atomic operations of acquiring and releasing once,
-// not each (with entering and leaving, half the CPU of an 8-byte WRITE
-// posted alone), and a request of the same kind on the same region as the
-// one before it needs only its bounds checked (the rest of remoteAccess's
-// checks, the peer's state, access flags and our ring being empty, hold
-// for the list as they would for one request). A revocation meanwhile
-// waits for the rest of the list, a few copies of at most
-// oneSidedDirectMax.
+// It takes no count in the peer's slot, as the ordinary path does
+// (acquire, release: four atomic operations, with DirectEnd's call half
+// the CPU of an 8-byte WRITE posted alone). Instead, each PostSend's
+// direct requests run in a window (openWindow to DirectEnd) that the peer
+// sees in our segment, the requester's side of a Dekker handshake: we
+// publish the window open, then check that the slot still exports the
+// region; a revocation clears the slot, then waits for an open window to
+// close (exports.go, revoke). One of the two sees the other: either the
+// request sees the region withdrawn, or the revocation waits for it. The
+// window closes with an ordinary store, so a PostSend pays for one
+// atomic operation, and a revocation waits for at most the rest of one
+// PostSend's list, a few copies of at most oneSidedDirectMax, never for
+// an idle requester.
+//
+// The mapping stays held (remote.hold) from one PostSend to the next, so
+// that it is not unmapped under a copy; it is dropped when another region
+// is used, when the window's checks find it withdrawn or discarded, and
+// when the QP leaves RTS (Shutdown, under the QP's lock, which every
+// window holds). It does not enter the connection (see enter): the
+// segments' words it reads stay valid memory once retired. A request of
+// the same kind on the region of the one before it in the window needs
+// only its bounds checked (the rest of the checks, the peer's state,
+// access flags and our ring being empty, hold for the list as they would
+// for one request).
 func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need verbs.AccessFlags) bool {
 	if n == 0 || n > oneSidedDirectMax || c.out.cur.busy {
 		return false
 	}
+	if !c.out.dOpen {
+		c.openWindow()
+	}
 	addr := wr.RemoteAddr
 	r := c.out.dHeld
 	if r == nil || r.rkey != wr.RKey || c.out.dOK&need != need || addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
-		// Not the region of the list's previous request (or another
-		// access, or out of its bounds): every check.
+		// Not checked in this window for the access (or another region,
+		// or out of its bounds): every check.
 		if r = c.directRegion(wr.RKey, addr, n, need); r == nil {
 			return false
 		}
@@ -154,10 +173,20 @@ func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need v
 	return true
 }
 
+// openWindow opens the window of oneSidedDirect: the count goes odd in
+// our segment, with a sequentially consistent store (on amd64 an XCHG, a
+// full fence), so that the checks after it read the peer's slots after
+// the peer can see it.
+func (c *conn) openWindow() {
+	c.out.dWin++
+	atomic.StoreUint64(c.mine.U64(offDirect), c.out.dWin)
+	c.out.dOpen = true
+}
+
 // directRegion is oneSidedDirect's checks of a request that is not the
-// previous one's kind on the previous one's region: it enters the
-// connection and acquires the region for the rest of the list, and returns
-// it, or nil when the request must take the ordinary path.
+// previous one's kind on the previous one's region in this window: it
+// returns the region, held for the next requests, or nil when the request
+// must take the ordinary path. The window is open.
 func (c *conn) directRegion(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) *remote {
 	c.out.dOK = 0
 	if c.closing.Load() || c.peerStopped() {
@@ -168,26 +197,42 @@ func (c *conn) directRegion(rkey uint32, addr uint64, n uint32, need verbs.Acces
 		return nil
 	}
 	if c.out.dHeld != r {
-		if c.out.dHeld != nil {
-			c.out.dHeld.release()
-			c.out.dHeld = nil
-		}
-		if !r.acquire() {
+		c.dropHeld()
+		if !r.hold() {
 			return nil
 		}
 		c.out.dHeld = r
+	}
+	// Read after the window opened (the handshake's check), and a
+	// discarded mapping is not used for new requests either: the ordinary
+	// path finds out why (a revocation: it asks again) and drops it.
+	if !r.exported() || r.refs.Load()&remDead != 0 {
+		c.dropHeld()
+		return nil
 	}
 	c.out.dOK = need
 	return r
 }
 
-// DirectEnd implements engine.DirectSender: the end of a PostSend's
-// direct requests lets go of what oneSidedDirect kept for them.
-func (c *conn) DirectEnd() {
-	c.out.dOK = 0
+// dropHeld lets go of the region oneSidedDirect keeps.
+func (c *conn) dropHeld() {
 	if r := c.out.dHeld; r != nil {
 		c.out.dHeld = nil
-		r.release()
+		c.out.dOK = 0
+		r.drop()
+	}
+}
+
+// DirectEnd implements engine.DirectSender: the end of a PostSend's
+// direct requests closes their window. A release store: what the window
+// wrote is visible before the peer sees it closed.
+func (c *conn) DirectEnd() {
+	c.out.dOK = 0
+	if c.out.dOpen {
+		c.out.dOpen = false
+		c.out.dWin++
+		ring.RaceRelease()
+		atomicx.Release64(c.mine.U64(offDirect), c.out.dWin)
 	}
 }
 
