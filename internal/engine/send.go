@@ -310,12 +310,7 @@ func (q *QP) postOne(wr *verbs.SendWR) bool {
 	if err != nil {
 		return false
 	}
-	b, ok := q.oneSegment(wr)
-	if !ok || !q.direct.OneSided(wr, b, true) {
-		return false
-	}
-	q.completeDirect(wr, n)
-	return true
+	return q.oneSided(wr, n, true)&dirPosted != 0
 }
 
 // What postDirect did (a set of flags).
@@ -339,15 +334,7 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again, last bool) in
 		return 0
 	}
 	if opClass[wr.Opcode]&opOneSided != 0 && len(wr.SGList) == 1 && !inline && q.sq.head == q.sq.tail {
-		if b, ok := q.oneSegment(wr); ok {
-			f := dirCalled
-			if last {
-				f |= dirEnded
-			}
-			if q.direct.OneSided(wr, b, last) {
-				q.completeDirect(wr, n)
-				f |= dirPosted
-			}
+		if f := q.oneSided(wr, n, last); f != 0 {
 			return f
 		}
 	}
@@ -408,13 +395,16 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again, last bool) in
 	return dirPosted | dirCalled | dirSent
 }
 
-// oneSegment resolves the one SGE of a WRITE (its data) or READ (its
-// sink) when it lies in the region the last one did (q.sendMR): the
+// oneSided is postDirect for a WRITE or READ of one segment, not inline,
+// of n bytes, on an idle queue (nothing to retire before it): the segment
+// is resolved when it lies in the region the last one did (q.sendMR), the
 // common case, without the list segments appends to (a slice of slices
-// that PostSend would clear, a call into the write barriers). Anything
-// else, a zero length included, reports false: postDirect's general path
-// resolves it.
-func (q *QP) oneSegment(wr *verbs.SendWR) ([]byte, bool) {
+// that PostSend would clear, a call into the write barriers), and the
+// transport's OneSided carries it out; its completion is made at once and
+// it never enters the queue. It returns postDirect's flags, 0 when the
+// segment is not resolved so (a zero length included): postDirect's
+// general path then takes it.
+func (q *QP) oneSided(wr *verbs.SendWR, n uint64, last bool) int {
 	s := &wr.SGList[0]
 	need := verbs.AccessFlags(0)
 	if wr.Opcode == verbs.WRRDMARead {
@@ -423,10 +413,23 @@ func (q *QP) oneSegment(wr *verbs.SendWR) ([]byte, bool) {
 	mr := q.sendMR
 	if mr == nil || mr.key != s.LKey || s.Length == 0 || !mr.valid.Load() || mr.pd != q.pd || mr.access&need != need ||
 		s.Addr < mr.addr || s.Addr-mr.addr > uint64(len(mr.buf)) || uint64(s.Length) > uint64(len(mr.buf))-(s.Addr-mr.addr) {
-		return nil, false
+		return 0
 	}
 	off := s.Addr - mr.addr
-	return mr.buf[off : off+uint64(s.Length) : off+uint64(s.Length)], true
+	f := dirCalled
+	if last {
+		f |= dirEnded
+	}
+	if !q.direct.OneSided(wr, mr.buf[off:off+uint64(s.Length):off+uint64(s.Length)], last) {
+		return f
+	}
+	c := &q.cnt.Sent[wr.Opcode&15] // completeDirect's, in line
+	c.Msgs++
+	c.Bytes += n
+	if q.sigAll || wr.Flags&verbs.SendSignaled != 0 {
+		q.pushDirect(wr, n)
+	}
+	return f | dirPosted
 }
 
 // completeDirect accounts for a request of n bytes that the transport
@@ -437,12 +440,17 @@ func (q *QP) completeDirect(wr *verbs.SendWR, n uint64) {
 	c.Msgs++
 	c.Bytes += n
 	if q.sigAll || wr.Flags&verbs.SendSignaled != 0 {
-		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCSuccess, Opcode: wr.Opcode.WCOpcode(), QPNum: q.num}
-		if wr.Opcode == verbs.WRRDMARead {
-			wc.ByteLen = uint32(n)
-		}
-		q.scq.push(&wc, false)
+		q.pushDirect(wr, n)
 	}
+}
+
+// pushDirect is completeDirect's completion of a signaled request.
+func (q *QP) pushDirect(wr *verbs.SendWR, n uint64) {
+	wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCSuccess, Opcode: wr.Opcode.WCOpcode(), QPNum: q.num}
+	if wr.Opcode == verbs.WRRDMARead {
+		wc.ByteLen = uint32(n)
+	}
+	q.scq.push(&wc, false)
 }
 
 // clearDsrc drops postDirect's references to the caller's memory, once
