@@ -192,6 +192,10 @@ func (c *conn) newExport() *export {
 	return nil // all slots in use: the peer goes through us
 }
 
+// testHookRevokeWaits, when a test sets it, runs while a revocation
+// waits, the peer's direct window having been open.
+var testHookRevokeWaits atomic.Pointer[func()]
+
 // errPeerHolds is the error of a connection whose peer did not release a
 // region within engine.RevokeWait of its revocation.
 var errPeerHolds = errors.New("shm: peer did not release a revoked region")
@@ -225,6 +229,9 @@ func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 	w0 := atomic.LoadUint64(win)
 	return func(deadline time.Time) {
 		for uint32(atomic.LoadUint64(p)) != 0 || w0&1 != 0 && atomic.LoadUint64(win) == w0 {
+			if h := testHookRevokeWaits.Load(); h != nil && w0&1 != 0 {
+				(*h)()
+			}
 			if c.isDying() {
 				break
 			}

@@ -193,6 +193,9 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 		}
 	}
 	if r != nil {
+		if h := testHookInWindow.Load(); h != nil {
+			(*h)()
+		}
 		if need == verbs.AccessRemoteRead {
 			engine.Copy(local, r.at(addr, n))
 		} else {
@@ -206,6 +209,10 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 	}
 	return r != nil
 }
+
+// testHookInWindow, when a test sets it, runs in OneSided's window after
+// the checks, before the copy.
+var testHookInWindow atomic.Pointer[func()]
 
 // directAt returns the region to access n > 0 bytes at addr of directly,
 // held, in the open window (it opens it), or nil when the request must
