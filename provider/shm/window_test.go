@@ -90,7 +90,9 @@ func TestRevokeWhileWriting(t *testing.T) {
 	defer restore()
 	binary.LittleEndian.PutUint64(a.Buf[:8], 0x5eed)
 	posted := make(chan error, 1)
-	go func() { posted <- a.QP.PostSend([]verbs.SendWR{wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 8), win.RemoteAddr(0), win.RKey())}) }()
+	go func() {
+		posted <- a.QP.PostSend([]verbs.SendWR{wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 8), win.RemoteAddr(0), win.RKey())})
+	}()
 	<-inside
 	dereged := make(chan error, 1)
 	go func() { dereged <- win.Dereg() }()
