@@ -67,12 +67,12 @@ type Progressor interface {
 //
 // The requests of one PostSend list go through SendDirect one after the
 // other, under one hold of the lock, until one is declined (the rest are
-// queued). DirectEnd follows the last SendDirect of a PostSend, the lock
-// still held: what SendDirect set up once for the requests of a list (a
-// mapping held, a region entered) is let go there, so that a list of
-// small requests pays for it once (the doorbell of a hardware queue). A
-// request's data must have moved when SendDirect returns done: DirectEnd
-// releases, it does not complete. DirectDone follows a PostSend in which
+// queued). DirectEnd follows the last SendDirect or OneSided of a
+// PostSend (but a OneSided with last), the lock still held: what the calls
+// set up once for the requests of a list (shm: the window its revocations
+// wait for) ends there, so that a list of small requests pays for it once
+// (the doorbell of a hardware queue). A request's data must have moved
+// when SendDirect returns done: DirectEnd releases, it does not complete. DirectDone follows a PostSend in which
 // SendDirect put a request out, once the lock is released: what may wait
 // (waking the peer) goes there.
 //
