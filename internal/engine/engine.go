@@ -23,7 +23,9 @@
 //     When the application polls is the engine's decision, one rule for
 //     every transport (see PollIdle).
 //   - DirectSender: SendDirect puts an idle QP's request out from PostSend
-//     (the requests of a list one after the other, then DirectEnd).
+//     (the requests of a list one after the other, then DirectEnd);
+//     OneSided carries out a WRITE or READ of one segment (a request
+//     posted alone takes PostSend's shortest path, postOne).
 //
 // # What the engine gives it
 //

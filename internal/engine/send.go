@@ -36,13 +36,14 @@ const (
 	opWrite8               // ATOMIC_WRITE: 8 bytes of data
 	opNoInline             // no inline data
 	opDirect               // PostSend may carry it out directly (DirectSender)
+	opOneSided             // RDMA WRITE or READ: DirectSender.OneSided may carry it out
 )
 
 var opClass = [16]uint16{
 	verbs.WRSend:              opValid | opDirect,
 	verbs.WRSendWithImm:       opValid | opDirect,
-	verbs.WRRDMAWrite:         opValid | opRCOnly | opDirect,
-	verbs.WRRDMARead:          opValid | opRCOnly | opRead | opNoInline | opDirect,
+	verbs.WRRDMAWrite:         opValid | opRCOnly | opDirect | opOneSided,
+	verbs.WRRDMARead:          opValid | opRCOnly | opRead | opNoInline | opDirect | opOneSided,
 	verbs.WRRDMAWriteWithImm:  opValid | opRCOnly,
 	verbs.WRSendWithInv:       opValid | opRCOnly,
 	verbs.WRAtomicCmpAndSwp:   opValid | opRCOnly | opAtomic | opNoInline,
@@ -59,11 +60,15 @@ var opClass = [16]uint16{
 // cannot; that one and the rest are queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
-	i, out := 0, false
+	if len(wrs) == 1 && q.postOne(&wrs[0]) {
+		q.mu.Unlock()
+		return nil
+	}
+	i, out, sent := 0, false, false
 	var perr error
 	// A fault or capture hook sees every request go out: no direct path.
 	if q.direct != nil && faultHook.Get() == nil && captureHook.Get() == nil {
-		called := false
+		endOwed := false
 		for ; i < len(wrs); i++ {
 			wr := &wrs[i]
 			n, inline, err := q.check(wr)
@@ -71,9 +76,11 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 				perr = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 				break
 			}
-			ok, tried := q.postDirect(wr, n, inline, out)
-			called = called || tried
-			if !ok {
+			f := q.postDirect(wr, n, inline, out, i == len(wrs)-1)
+			if f&dirCalled != 0 {
+				endOwed = f&dirEnded == 0
+			}
+			if f&dirPosted == 0 {
 				if err := q.enqueue(wr, n, inline); err != nil {
 					perr = &verbs.PostError{Index: i, WRID: wr.WRID, Err: err}
 				}
@@ -81,11 +88,12 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 				break
 			}
 			out = true
+			sent = sent || f&dirSent != 0
 		}
-		if called {
+		if endOwed {
 			q.direct.DirectEnd()
-			q.clearDsrc()
 		}
+		q.clearDsrc()
 	}
 	if perr == nil {
 		for ; i < len(wrs); i++ {
@@ -104,7 +112,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	} else {
 		q.mu.Unlock()
 	}
-	if out {
+	if sent {
 		q.direct.DirectDone()
 	}
 	return perr
@@ -286,18 +294,49 @@ func resetWQE(w *WQE, wr *verbs.SendWR, n uint64) {
 	w.sge, w.inl = w.sge[:0], w.inl[:0]
 }
 
+// postOne is PostSend's path for the commonest request posted alone: an
+// RDMA WRITE or READ of one segment that the transport carries out at
+// once (DirectSender.OneSided) on an idle queue. It reports whether the
+// request was posted and is complete; otherwise nothing changed, and
+// PostSend's general path takes it. Kept apart from the list's loop so
+// that the request pays for none of the list's bookkeeping; q.mu is held.
+func (q *QP) postOne(wr *verbs.SendWR) bool {
+	if q.direct == nil || opClass[wr.Opcode&15]&opOneSided == 0 || len(wr.SGList) != 1 || wr.Flags&(verbs.SendInline|verbs.SendFence) != 0 ||
+		q.state != verbs.QPSRTS || q.typ != verbs.QPTRC || q.txActive || q.sq.next != q.sq.tail || q.sq.head != q.sq.tail || q.stalled.Load() ||
+		faultHook.Get() != nil || captureHook.Get() != nil {
+		return false
+	}
+	n, _, err := q.check(wr)
+	if err != nil {
+		return false
+	}
+	return q.oneSided(wr, n, true)&dirPosted != 0
+}
+
+// What postDirect did (a set of flags).
+const (
+	dirPosted = 1 << iota // the request was posted (else nothing changed: it is to be queued)
+	dirCalled             // the transport was called
+	dirEnded              // ... and did DirectEnd's work itself (OneSided with last)
+	dirSent               // SendDirect put it out (DirectDone is owed)
+)
+
 // postDirect tries the direct path for wr, checked already, of n bytes (see
-// DirectSender); q.mu is held. It reports whether the request was posted
-// (when it was not, nothing changed and the request is to be queued), and
-// whether the transport's SendDirect was called (DirectEnd is then owed).
+// DirectSender); q.mu is held. It reports what it did (dirPosted, ...);
+// last says that wr is the last request of its PostSend.
 //
 // again says that the request before it in the list went out this way:
 // the QP's conditions for the path (state, type, an idle queue) still
 // hold, since nothing but postDirect ran under the lock meanwhile.
-func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again bool) (posted, called bool) {
+func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again, last bool) int {
 	if !again && (q.state != verbs.QPSRTS || q.typ != verbs.QPTRC || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load()) ||
 		opClass[wr.Opcode]&opDirect == 0 || wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
-		return false, false
+		return 0
+	}
+	if opClass[wr.Opcode]&opOneSided != 0 && len(wr.SGList) == 1 && !inline && q.sq.head == q.sq.tail {
+		if f := q.oneSided(wr, n, last); f != 0 {
+			return f
+		}
 	}
 	src, st := q.dsrc[:0], verbs.WCSuccess
 	if inline && wr.Inline != nil {
@@ -313,11 +352,10 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again bool) (posted,
 	}
 	w := &q.sq.ring[q.sq.tail&q.sq.mask]
 	ok := st == verbs.WCSuccess // a bad key goes the queued path, which reports it
-	done := false
-	signaled := q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	done, called := false, false
 	if ok {
 		w.seq = q.sq.tail
-		w.signaled = signaled
+		w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
 		ok, done = q.direct.SendDirect(w, wr, src, uint32(n))
 		called = true
 	}
@@ -328,7 +366,10 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again bool) (posted,
 	}
 	q.dsrcUsed = max(q.dsrcUsed, len(src))
 	if !ok {
-		return false, called
+		if called {
+			return dirCalled
+		}
+		return 0
 	}
 	if done && q.sq.head == q.sq.tail {
 		// Complete already, and nothing before it waits to be retired:
@@ -337,17 +378,8 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again bool) (posted,
 		// refers to a request it carried out (Complete is for Pending
 		// ones), and the slot stays in the cache (a WRITE's bookkeeping,
 		// a slot of its own each, was a fifth of its CPU).
-		c := &q.cnt.Sent[wr.Opcode&15] // countSend's, as retire would
-		c.Msgs++
-		c.Bytes += n
-		if signaled {
-			wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCSuccess, Opcode: wr.Opcode.WCOpcode(), QPNum: q.num}
-			if wr.Opcode == verbs.WRRDMARead {
-				wc.ByteLen = uint32(n)
-			}
-			q.scq.push(&wc, false)
-		}
-		return true, true
+		q.completeDirect(wr, n)
+		return dirPosted | dirCalled | dirSent
 	}
 	q.fillSent(w, wr, n)
 	w.state = wqePending
@@ -360,7 +392,65 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again bool) (posted,
 	if done {
 		q.retire() // in order: behind requests still pending
 	}
-	return true, true
+	return dirPosted | dirCalled | dirSent
+}
+
+// oneSided is postDirect for a WRITE or READ of one segment, not inline,
+// of n bytes, on an idle queue (nothing to retire before it): the segment
+// is resolved when it lies in the region the last one did (q.sendMR), the
+// common case, without the list segments appends to (a slice of slices
+// that PostSend would clear, a call into the write barriers), and the
+// transport's OneSided carries it out; its completion is made at once and
+// it never enters the queue. It returns postDirect's flags, 0 when the
+// segment is not resolved so (a zero length included): postDirect's
+// general path then takes it.
+func (q *QP) oneSided(wr *verbs.SendWR, n uint64, last bool) int {
+	s := &wr.SGList[0]
+	need := verbs.AccessFlags(0)
+	if wr.Opcode == verbs.WRRDMARead {
+		need = verbs.AccessLocalWrite
+	}
+	mr := q.sendMR
+	if mr == nil || mr.key != s.LKey || s.Length == 0 || !mr.valid.Load() || mr.pd != q.pd || mr.access&need != need ||
+		s.Addr < mr.addr || s.Addr-mr.addr > uint64(len(mr.buf)) || uint64(s.Length) > uint64(len(mr.buf))-(s.Addr-mr.addr) {
+		return 0
+	}
+	off := s.Addr - mr.addr
+	f := dirCalled
+	if last {
+		f |= dirEnded
+	}
+	if !q.direct.OneSided(wr, mr.buf[off:off+uint64(s.Length):off+uint64(s.Length)], last) {
+		return f
+	}
+	c := &q.cnt.Sent[wr.Opcode&15] // completeDirect's, in line
+	c.Msgs++
+	c.Bytes += n
+	if q.sigAll || wr.Flags&verbs.SendSignaled != 0 {
+		q.pushDirect(wr, n)
+	}
+	return f | dirPosted
+}
+
+// completeDirect accounts for a request of n bytes that the transport
+// carried out from PostSend, with nothing before it to retire: its
+// completion is made now, and it never enters the queue (see postDirect).
+func (q *QP) completeDirect(wr *verbs.SendWR, n uint64) {
+	c := &q.cnt.Sent[wr.Opcode&15] // countSend's, as retire would
+	c.Msgs++
+	c.Bytes += n
+	if q.sigAll || wr.Flags&verbs.SendSignaled != 0 {
+		q.pushDirect(wr, n)
+	}
+}
+
+// pushDirect is completeDirect's completion of a signaled request.
+func (q *QP) pushDirect(wr *verbs.SendWR, n uint64) {
+	wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCSuccess, Opcode: wr.Opcode.WCOpcode(), QPNum: q.num}
+	if wr.Opcode == verbs.WRRDMARead {
+		wc.ByteLen = uint32(n)
+	}
+	q.scq.push(&wc, false)
 }
 
 // clearDsrc drops postDirect's references to the caller's memory, once

@@ -67,16 +67,27 @@ type Progressor interface {
 //
 // The requests of one PostSend list go through SendDirect one after the
 // other, under one hold of the lock, until one is declined (the rest are
-// queued). DirectEnd follows the last SendDirect of a PostSend, the lock
-// still held: what SendDirect set up once for the requests of a list (a
-// mapping held, a region entered) is let go there, so that a list of
-// small requests pays for it once (the doorbell of a hardware queue). A
-// request's data must have moved when SendDirect returns done: DirectEnd
-// releases, it does not complete. DirectDone follows a PostSend in which
+// queued). DirectEnd follows the last SendDirect or OneSided of a
+// PostSend (but a OneSided with last), the lock still held: what the calls
+// set up once for the requests of a list (shm: the window its revocations
+// wait for) ends there, so that a list of small requests pays for it once
+// (the doorbell of a hardware queue). A request's data must have moved
+// when SendDirect returns done: DirectEnd releases, it does not complete. DirectDone follows a PostSend in which
 // SendDirect put a request out, once the lock is released: what may wait
 // (waking the peer) goes there.
+//
+// OneSided is SendDirect for the commonest case, an RDMA WRITE or READ of
+// one segment on an idle queue: local is the segment's memory (its data,
+// or a READ's sink, checked for local write access; never empty), and
+// there is no WQE (nothing refers to the request once it is done). It
+// reports whether the data has moved: the request is then complete.
+// DirectDone is not owed for it; with last (no other request of the
+// PostSend goes to the transport after it) it does DirectEnd's work
+// itself, and DirectEnd is called only if an earlier call owes it: an
+// interface call fewer for a request posted alone.
 type DirectSender interface {
 	SendDirect(w *WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool)
+	OneSided(wr *verbs.SendWR, local []byte, last bool) bool
 	DirectEnd()
 	DirectDone()
 }

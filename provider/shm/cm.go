@@ -31,8 +31,9 @@ const (
 
 	// protoVersion changes with anything both sides must agree on: the
 	// segment layout, the ring records (2: records found by their stamp;
-	// 3: stamps keyed, records on cache lines).
-	protoVersion = 3
+	// 3: stamps keyed, records on cache lines; 4: the direct window, which
+	// revocation waits for).
+	protoVersion = 4
 	setupHdr     = 28
 
 	// whyCredentials: a reject by the listener itself, whose AllowPeer

@@ -401,9 +401,12 @@ func (c *conn) RecvPosted() {
 
 // Shutdown implements engine.Transport. A QP in ERR stops consuming and tells
 // its peer, whose requests then fail; a QP reset or destroyed ends the
-// connection. It runs with the QP locked: it only sets flags and pokes.
+// connection. It runs with the QP locked: it only sets flags and pokes,
+// and lets go of the region oneSidedDirect held (the QP's lock keeps it
+// out of a direct window).
 func (c *conn) Shutdown(destroyed bool) {
 	c.in.stopped.Store(true)
+	c.dropHeld() // no direct request comes after (they need RTS)
 	if c.enter() {
 		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
 		atomic.StoreUint32(c.mine.U32(offState), stateErr)

@@ -204,3 +204,24 @@ func (x *Conn) RefuseNext(st uint32) {
 	c.in.mu.Unlock()
 	c.poke()
 }
+
+// OpenWindow leaves this side's direct window open, as a peer stopped in
+// the middle of a direct WRITE would: the peer's revocations wait for it.
+func (x *Conn) OpenWindow() { atomic.StoreUint64(x.c.mine.U64(offDirect), 1) }
+
+// HoldsDirect says whether this side's direct path holds a region of the
+// peer's between PostSends; to be called by the goroutine that posts.
+func (x *Conn) HoldsDirect() bool { return x.c.out.dHeld != nil }
+
+// InWindow makes f run in every direct WRITE or READ's window, after its
+// checks and before its copy (OneSided); RevokeWaits makes g run when a
+// revocation finds the peer's window open. It returns a function that
+// removes the hooks.
+func InWindow(f, g func()) (restore func()) {
+	testHookInWindow.Store(&f)
+	testHookRevokeWaits.Store(&g)
+	return func() {
+		testHookInWindow.Store(nil)
+		testHookRevokeWaits.Store(nil)
+	}
+}

@@ -192,15 +192,26 @@ func (c *conn) newExport() *export {
 	return nil // all slots in use: the peer goes through us
 }
 
+// testHookRevokeWaits, when a test sets it, runs while a revocation
+// waits, the peer's direct window having been open.
+var testHookRevokeWaits atomic.Pointer[func()]
+
 // errPeerHolds is the error of a connection whose peer did not release a
 // region within engine.RevokeWait of its revocation.
 var errPeerHolds = errors.New("shm: peer did not release a revoked region")
 
 // revoke withdraws an export (an engine.Revoker): no access starts after
 // it, and the wait it returns ends when the accesses in progress have ended
-// (an access is one memcpy or one atomic instruction of the peer, so this
-// is short unless the peer stopped or died in the middle: at the deadline
-// the connection is failed).
+// (an access is one memcpy or one atomic instruction of the peer, or the
+// rest of a direct window of its, a PostSend's list of small copies, so
+// this is short unless the peer stopped or died in the middle: at the
+// deadline the connection is failed).
+//
+// The accesses are those the slot counts (acquire) and those of the
+// peer's direct window (oneSidedDirect), if it is open once the slot is
+// cleared: the CAS that clears it is a full fence, so the peer's window,
+// read after it, is open if a request of the peer's may have found the
+// region still exported; it is over once the count moves on.
 func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 	c.exp.mu.Lock()
 	defer c.exp.mu.Unlock()
@@ -214,8 +225,13 @@ func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 			break
 		}
 	}
+	win := c.peer.U64(offDirect)
+	w0 := atomic.LoadUint64(win)
 	return func(deadline time.Time) {
-		for uint32(atomic.LoadUint64(p)) != 0 {
+		for uint32(atomic.LoadUint64(p)) != 0 || w0&1 != 0 && atomic.LoadUint64(win) == w0 {
+			if h := testHookRevokeWaits.Load(); h != nil && w0&1 != 0 {
+				(*h)()
+			}
 			if c.isDying() {
 				break
 			}

@@ -20,6 +20,7 @@ import (
 //	576   QP state, IRD, access flags, min_rnr_timer (owner writes, peer reads)
 //	592   the stamp keys of the request and response rings (owner writes at creation)
 //	640   socket messages the peer sent that want handling (peer adds, owner reads)
+//	704   the owner's direct window: odd while its PostSend may copy in the peer's regions (owner writes, peer reads)
 //	4096  export slots, 8 bytes each
 //	...   request ring data, then response ring data
 const (
@@ -37,7 +38,11 @@ const (
 	// handling (mapping requests, answers and offers), so that an owner
 	// that busy-polls notices them without reading the socket (kickRx).
 	offSockMsgs = 640
-	offSlots    = 4096
+	// offDirect is the owner's direct window (sender.openWindow): a
+	// count, odd while a PostSend of the owner's may copy in the peer's
+	// mapped regions; a revocation waits for it to move on.
+	offDirect = 704
+	offSlots  = 4096
 
 	stateOK  = 0
 	stateErr = 1 // the owner's QP is in ERR: it consumes nothing more

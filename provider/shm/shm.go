@@ -32,7 +32,12 @@
 // region's access flags and the target QP's access flags and IRD on its
 // view; every such access holds a use count in a slot of the target's
 // segment, which deregistration (or a Send with Invalidate) clears and
-// waits out, so no direct access starts after ibv_dereg_mr returned.
+// waits out, so no direct access starts after ibv_dereg_mr returned. The
+// WRITEs and READs that PostSend carries out itself count once per
+// PostSend instead, in a window the initiator opens in its own segment
+// and the deregistration waits for (a Dekker handshake with the slot: one
+// atomic instruction per PostSend, none on the target's side), and keep
+// the region's mapping held between PostSends.
 // An access that fails those checks is not made: it goes the other way,
 // below, so that the target reports it as it would any remote error. Until
 // the mapping arrives, requests of up to 64 KiB go that way too (larger

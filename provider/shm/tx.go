@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
@@ -19,12 +20,17 @@ type sender struct {
 	src   [][]byte
 	dst   [][]byte
 	last  *remote // the last region used directly
-	// What oneSidedDirect keeps for the next request of a PostSend list
-	// (DirectEnd lets go of it): a region held, and the access to it that
-	// remoteAccess allowed (dOK: the next request of the kind needs only
-	// its bounds checked).
+	// What oneSidedDirect keeps between requests (see it): the region it
+	// last used, held (its mapping stays) across PostSends, and the
+	// accesses that its own checks allow (dStatic) and that the open
+	// window's checks allowed (dLive: such a request needs only its bounds
+	// checked); the window count (offDirect, our copy: the peer may write
+	// the shared word), and whether a window is open.
 	dHeld   *remote
-	dOK     verbs.AccessFlags
+	dStatic verbs.AccessFlags
+	dLive   verbs.AccessFlags
+	dWin    uint64
+	dOpen   bool
 	stallAt atomic.Uint64
 	stalled atomic.Bool // Send stalled for ring space or ordering
 	// pokeOwed: SendDirect published records the peer asked to be poked for.
@@ -80,7 +86,7 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 	if b == nil {
 		return false, false // no room (or a corrupt head, which the ordinary path reports)
 	}
-	c.out.dOK = 0 // a WRITE or READ after it waits for the peer to consume it (RC order)
+	c.out.dLive = 0 // a WRITE or READ after it waits for the peer to consume it (RC order)
 	flags, imm := msgFlags(wr)
 	flags |= fFirst | fLast | c.ackFlag(w)
 	c.out.cur = txState{seq: w.Seq(), start: start}
@@ -105,7 +111,7 @@ const oneSidedDirectMax = 64 << 10
 // oneSidedDirect carries out an RDMA WRITE (need AccessRemoteWrite: local
 // holds the data) or READ (AccessRemoteRead: local is the sink) from
 // PostSend, as transmit does for one that direct allows, when that needs
-// nothing that may wait: remoteAccess says viaMapping. It reports whether
+// nothing that may wait (remoteAccess would say viaMapping). It reports whether
 // the data has moved; otherwise the ordinary path takes the request (and
 // asks for the mapping, stalls, or lets the peer refuse it). The send
 // queue is idle (postDirect), so no Send runs: like it, this is the one
@@ -114,40 +120,42 @@ const oneSidedDirectMax = 64 << 10
 // QP's lock (other posters and completions do not wait for it), and whose
 // own cost is small beside such a copy.
 //
-// It does not enter the connection (see enter): the mapping it copies
-// through is held (acquire), so not unmapped under it, and the segments'
-// words it reads stay valid memory once retired. The region stays held
-// (and counted in the peer's slot, so a revocation waits for it) until
-// DirectEnd, at the end of the PostSend: the requests of a list to one
-// region pay for the atomic operations of acquiring and releasing once,
-// not each (with entering and leaving, half the CPU of an 8-byte WRITE
-// posted alone), and a request of the same kind on the same region as the
-// one before it needs only its bounds checked (the rest of remoteAccess's
-// checks, the peer's state, access flags and our ring being empty, hold
-// for the list as they would for one request). A revocation meanwhile
-// waits for the rest of the list, a few copies of at most
-// oneSidedDirectMax.
+// It takes no count in the peer's slot, as the ordinary path does
+// (acquire, release: four atomic operations, with DirectEnd's call half
+// the CPU of an 8-byte WRITE posted alone). Instead, each PostSend's
+// direct requests run in a window (openWindow to DirectEnd) that the peer
+// sees in our segment, the requester's side of a Dekker handshake: we
+// publish the window open, then check that the slot still exports the
+// region; a revocation clears the slot, then waits for an open window to
+// close (exports.go, revoke). One of the two sees the other: either the
+// request sees the region withdrawn, or the revocation waits for it. The
+// window closes with an ordinary store, so a PostSend pays for one
+// atomic operation, and a revocation waits for at most the rest of one
+// PostSend's list, a few copies of at most oneSidedDirectMax, never for
+// an idle requester.
+//
+// The mapping stays held (remote.hold) from one PostSend to the next, so
+// that it is not unmapped under a copy; it is dropped when another region
+// is used, when the window's checks find it withdrawn or discarded, and
+// when the QP leaves RTS (Shutdown, under the QP's lock, which every
+// window holds). It does not enter the connection (see enter): the
+// segments' words it reads stay valid memory once retired. The checks of
+// the region itself (mappable, its access flags) are made once for the
+// region held (holdRegion); those that can change (the peer's state and
+// access flags, our ring being empty, the slot) once per window and kind
+// of access (live); every request's bounds, always.
 func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need verbs.AccessFlags) bool {
-	if n == 0 || n > oneSidedDirectMax || c.out.cur.busy {
+	if n == 0 {
 		return false
 	}
 	addr := wr.RemoteAddr
-	r := c.out.dHeld
-	if r == nil || r.rkey != wr.RKey || c.out.dOK&need != need || addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
-		// Not the region of the list's previous request (or another
-		// access, or out of its bounds): every check.
-		if r = c.directRegion(wr.RKey, addr, n, need); r == nil {
-			return false
-		}
+	r := c.directAt(wr.RKey, addr, n, need)
+	if r == nil {
+		return false
 	}
-	switch {
-	case len(local) == 1 && need == verbs.AccessRemoteRead:
-		engine.Copy(local[0], r.at(addr, n))
-	case len(local) == 1:
-		engine.Copy(r.at(addr, n), local[0])
-	case need == verbs.AccessRemoteRead:
+	if need == verbs.AccessRemoteRead {
 		engine.CopyInto(local, 0, r.at(addr, n))
-	default:
+	} else {
 		engine.CopyFrom(r.at(addr, n), local, 0)
 	}
 	c.out.nDirect++
@@ -155,40 +163,159 @@ func (c *conn) oneSidedDirect(wr *verbs.SendWR, local [][]byte, n uint32, need v
 	return true
 }
 
-// directRegion is oneSidedDirect's checks of a request that is not the
-// previous one's kind on the previous one's region: it enters the
-// connection and acquires the region for the rest of the list, and returns
-// it, or nil when the request must take the ordinary path.
-func (c *conn) directRegion(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) *remote {
-	c.out.dOK = 0
-	if c.closing.Load() || c.peerStopped() {
+// OneSided implements engine.DirectSender: oneSidedDirect for a request
+// of one segment. With last, it ends the window (as DirectEnd).
+//
+// The commonest request, on the region held, gets its checks here, in
+// line: the ones that change (live's) read in this window when it is the
+// window's first; the calls that they took (directAt, live) were a fifth
+// of an 8-byte WRITE's CPU. Anything else, or a check that fails, goes
+// to directAt, which makes them all again and says what to do.
+func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
+	need := verbs.AccessRemoteWrite
+	if wr.Opcode == verbs.WRRDMARead {
+		need = verbs.AccessRemoteRead
+	}
+	n, addr := uint32(len(local)), wr.RemoteAddr
+	if !c.out.dOpen {
+		c.openWindow()
+	}
+	r := c.out.dHeld
+	if r == nil || r.rkey != wr.RKey || c.out.dStatic&need != need || n > oneSidedDirectMax || c.out.cur.busy ||
+		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+		r = c.directAt(wr.RKey, addr, n, need)
+	} else if c.out.dLive&need != need {
+		if !c.closing.Load() && !c.peerStopped() && verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need == need &&
+			(need == verbs.AccessRemoteWrite || atomic.LoadUint32(c.peer.U32(offIRD)) != 0) &&
+			c.out.ring.Tail == c.out.ring.Head && r.exported() && r.refs.Load()&remDead == 0 {
+			c.out.dLive |= need
+		} else {
+			r = c.directAt(wr.RKey, addr, n, need)
+		}
+	}
+	if r != nil {
+		if h := testHookInWindow.Load(); h != nil {
+			(*h)()
+		}
+		if need == verbs.AccessRemoteRead {
+			engine.Copy(local, r.at(addr, n))
+		} else {
+			engine.Copy(r.at(addr, n), local)
+		}
+		c.out.nDirect++
+		c.out.nPostedOneSided++
+	}
+	if last {
+		c.DirectEnd()
+	}
+	return r != nil
+}
+
+// testHookInWindow, when a test sets it, runs in OneSided's window after
+// the checks, before the copy.
+var testHookInWindow atomic.Pointer[func()]
+
+// directAt returns the region to access n > 0 bytes at addr of directly,
+// held, in the open window (it opens it), or nil when the request must
+// take the ordinary path.
+func (c *conn) directAt(rkey uint32, addr uint64, n uint32, need verbs.AccessFlags) *remote {
+	if n > oneSidedDirectMax || c.out.cur.busy {
 		return nil
 	}
-	r, how := c.remoteAccess(rkey, need, addr, n)
-	if how != viaMapping {
+	if !c.out.dOpen {
+		c.openWindow()
+	}
+	r := c.out.dHeld
+	if r == nil || r.rkey != rkey || c.out.dStatic&need != need {
+		if r = c.holdRegion(rkey, need); r == nil {
+			return nil
+		}
+	}
+	if addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+		return nil // through the peer, which reports the error
+	}
+	if c.out.dLive&need != need && !c.live(r, need) {
+		return nil
+	}
+	return r
+}
+
+// openWindow opens the window of oneSidedDirect: the count goes odd in
+// our segment, with a sequentially consistent store (on amd64 an XCHG, a
+// full fence), so that the checks after it (live) read the peer's slots
+// after the peer can see it.
+func (c *conn) openWindow() {
+	c.out.dWin++
+	atomic.StoreUint64(c.mine.U64(offDirect), c.out.dWin)
+	c.out.dOpen = true
+}
+
+// holdRegion makes the peer's region rkey the one oneSidedDirect holds,
+// if we map it and it allows need (what does not change while it is
+// mapped); nil sends the request the ordinary path (which asks for the
+// mapping, or lets the peer refuse the access).
+func (c *conn) holdRegion(rkey uint32, need verbs.AccessFlags) *remote {
+	r := c.lookup(rkey)
+	if r == nil || r.fallback || r.access&need != need {
 		return nil
 	}
 	if c.out.dHeld != r {
-		if c.out.dHeld != nil {
-			c.out.dHeld.release()
-			c.out.dHeld = nil
-		}
-		if !r.acquire() {
+		c.dropHeld()
+		if !r.hold() {
 			return nil
 		}
 		c.out.dHeld = r
 	}
-	c.out.dOK = need
+	c.out.dStatic |= need
 	return r
 }
 
-// DirectEnd implements engine.DirectSender: the end of a PostSend's
-// direct requests lets go of what oneSidedDirect kept for them.
-func (c *conn) DirectEnd() {
-	c.out.dOK = 0
+// live is the checks of a direct access to the held region r that can
+// change from one window to the next (remoteAccess's, and the
+// handshake's): once they pass, the rest of the window's requests of the
+// kind on r need only their bounds checked (they hold for a list as they
+// would for one request).
+func (c *conn) live(r *remote, need verbs.AccessFlags) bool {
+	if c.closing.Load() || c.peerStopped() ||
+		verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need != need ||
+		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.U32(offIRD)) == 0 {
+		return false
+	}
+	// RC order: the peer executes earlier requests first. (A corrupt head
+	// the ordinary path reports.)
+	if c.out.ring.Tail != c.out.ring.Head && (c.out.ring.RefreshHead() != nil || c.out.ring.Tail != c.out.ring.Head) {
+		return false
+	}
+	// Read after the window opened (the handshake's check). A discarded
+	// mapping is not used for new requests either: the ordinary path
+	// finds out why (a revocation: it asks again).
+	if !r.exported() || r.refs.Load()&remDead != 0 {
+		c.dropHeld()
+		return false
+	}
+	c.out.dLive |= need
+	return true
+}
+
+// dropHeld lets go of the region oneSidedDirect keeps.
+func (c *conn) dropHeld() {
 	if r := c.out.dHeld; r != nil {
 		c.out.dHeld = nil
-		r.release()
+		c.out.dStatic, c.out.dLive = 0, 0
+		r.drop()
+	}
+}
+
+// DirectEnd implements engine.DirectSender: the end of a PostSend's
+// direct requests closes their window. A release store: what the window
+// wrote is visible before the peer sees it closed.
+func (c *conn) DirectEnd() {
+	c.out.dLive = 0
+	if c.out.dOpen {
+		c.out.dOpen = false
+		c.out.dWin++
+		ring.RaceRelease()
+		atomicx.Release64(c.mine.U64(offDirect), c.out.dWin)
 	}
 }
 
