@@ -225,3 +225,16 @@ func InWindow(f, g func()) (restore func()) {
 		testHookRevokeWaits.Store(nil)
 	}
 }
+
+// OnReserveFailed runs f after a Reserve of the request ring found no
+// room, before the sender stalls; the returned func removes it.
+func OnReserveFailed(f func()) (undo func()) {
+	testHookReserveFailed.Store(&f)
+	return func() { testHookReserveFailed.Store(nil) }
+}
+
+// PeerTookAll reports whether the peer's published head is at our request
+// ring's tail (call it from the sending goroutine).
+func (x *Conn) PeerTookAll() bool {
+	return atomic.LoadUint64(x.c.out.ring.C.Head) == x.c.out.ring.Tail
+}

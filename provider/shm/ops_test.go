@@ -765,7 +765,7 @@ func TestWriteWithImmStream(t *testing.T) {
 	leakcheck.Check(t)
 	const slot, slots, window, n = 64 << 10, 64, 32, 3000
 	a, b, _, _ := pairOn(t, true, slot*slots)
-	size := func(i int) int { return []int{slot, 8, 4096, slot, slot - 100}[i%5] }
+	size := func(i int) int { return []int{slot, 8, 4096, slot, slot - 100, 32 << 10, 32 << 10, 32 << 10}[i%8] }
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
@@ -819,5 +819,52 @@ func TestWriteWithImmStream(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A sender whose ring is full stalls until the peer consumes: if the peer
+// takes everything between the sender's failed Reserve and its stall, and
+// so publishes its head before the sender asks to be poked, the stall
+// must still see the move (it once took that head as its starting point,
+// and waited for a further move that never came: gRPC streams over
+// rsocket hung so).
+func TestStallAfterRingDrained(t *testing.T) {
+	leakcheck.Check(t)
+	const size, n = 32 << 10, 40
+	a, b, ca, _ := pairOn(t, false, n*size) // Go memory: every WRITE goes through the ring
+	sender := ca.(*shm.Conn)
+	// The peer's first consumption waits, so that the ring fills; the
+	// sender's first failed Reserve lets it go and drains the ring.
+	block := make(chan struct{})
+	defer shm.OnceAfterConsume(func(*shm.Conn) { <-block })()
+	var filled bool
+	wc := make([]verbs.WC, 8)
+	defer shm.OnReserveFailed(func() {
+		if filled {
+			return
+		}
+		filled = true
+		close(block)
+		deadline := time.Now().Add(10 * time.Second)
+		for !sender.PeerTookAll() && time.Now().Before(deadline) {
+			if _, err := b.RecvCQ.Poll(wc); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})()
+	for i := range n {
+		conformance.Fill(a.Buf[i*size:(i+1)*size], byte(i))
+		a.MustPostSend(t, wr(uint64(i), verbs.WRRDMAWrite, a.MR.SGE(i*size, size), b.MR.RemoteAddr(i*size), b.MR.RKey()))
+	}
+	if !filled {
+		close(block)
+		t.Fatal("the ring never filled: the test proves nothing")
+	}
+	for i := range n {
+		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(i), verbs.WCSuccess, verbs.WCRDMAWrite)
+	}
+	if !bytes.Equal(a.Buf, b.Buf) {
+		t.Fatal("target memory differs")
 	}
 }

@@ -688,11 +688,20 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 func (c *conn) reserve(n int) []byte {
 	c.out.ring.Rewind(c.wait.ackHead.Load())
 	b := c.out.ring.Reserve(n)
-	if b == nil && c.out.ring.RefreshHead() != nil {
-		c.fail(errCorrupt)
+	if b == nil {
+		if h := testHookReserveFailed.Load(); h != nil {
+			(*h)()
+		}
+		if c.out.ring.CheckHead() != nil {
+			c.fail(errCorrupt)
+		}
 	}
 	return b
 }
+
+// testHookReserveFailed, when a test sets it, runs after a Reserve found
+// no room, before the stall.
+var testHookReserveFailed atomic.Pointer[func()]
 
 // request sends a READ or atomic request that the peer answers.
 func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Result {

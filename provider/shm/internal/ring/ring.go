@@ -173,6 +173,19 @@ func (r *Producer) RefreshHead() error {
 	return nil
 }
 
+// CheckHead is RefreshHead's check alone: the head is not taken. After a
+// Reserve that failed, the stall that follows waits for the head to move
+// from the one that Reserve decided on; taking a newer head there would
+// hide the move that makes room (the consumer, having published it before
+// it was asked to poke, never pokes: a stream of 32 KiB WRITEs through
+// the ring hung so).
+func (r *Producer) CheckHead() error {
+	if h := atomic.LoadUint64(r.C.Head); h < r.Head || h > r.Tail {
+		return ErrCorrupt
+	}
+	return nil
+}
+
 // Reserve returns n contiguous bytes (n a multiple of Align) at the tail,
 // writing a pad first when they do not fit before the end of the ring, or
 // nil when the ring has no room.
