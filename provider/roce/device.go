@@ -340,8 +340,17 @@ func (d *device) pump(sock *socket, ho *engine.Handoff) {
 }
 
 // pumpLocked is pump with d.rx held and a use of the socket fd.
+//
+// The device's goroutine (ho nil) stops once an application polls: else,
+// with packets arriving as fast as it handles them (each ACK it handles
+// sends a batch, whose ACK follows), it never found the socket empty and
+// kept the pump, while the application's polls, finding d.rx taken, spun
+// beside it: two threads of a sender busy where one does the work.
 func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
 	for {
+		if ho == nil && d.polled.Load() > 0 {
+			return
+		}
 		n, seg, from, err := recvGRO(fd, d.rx.buf[:], &d.rx.sa, &d.rx.msg)
 		if err != nil {
 			return
