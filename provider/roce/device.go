@@ -341,13 +341,17 @@ func (d *device) pump(sock *socket, ho *engine.Handoff) {
 
 // pumpLocked is pump with d.rx held and a use of the socket fd.
 //
-// The device's goroutine (ho nil) stops once an application polls: else,
-// with packets arriving as fast as it handles them (each ACK it handles
-// sends a batch, whose ACK follows), it never found the socket empty and
-// kept the pump, while the application's polls, finding d.rx taken, spun
-// beside it: two threads of a sender busy where one does the work.
+// Packets may arrive as fast as they are handled (each ACK a sender
+// handles sends a batch, whose ACK follows), so that the socket is never
+// found empty; a pump stops anyway. The device's goroutine (ho nil) stops
+// once an application polls: else it kept the pump, while the
+// application's polls, finding d.rx taken, spun beside it: two threads of
+// a sender busy where one does the work. An application's poll stops
+// after pollReads reads: a poll that lasted past the engine's PollIdle
+// ended polled mode, and the device's goroutine took over (28 times a
+// second in a loopback write_bw).
 func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
-	for {
+	for i := 0; ho == nil || i < pollReads; i++ {
 		if ho == nil && d.polled.Load() > 0 {
 			return
 		}
@@ -362,6 +366,10 @@ func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
 		}
 	}
 }
+
+// pollReads bounds the socket reads of one application poll: a read is
+// up to a GSO batch (64 KB), so a poll stays well within PollIdle.
+const pollReads = 16
 
 // poll is the device's part of a QP's Progress: it reads the socket unless
 // another goroutine is at it, and returns how many completions it handed
