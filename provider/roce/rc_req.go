@@ -81,8 +81,9 @@ type sendState struct {
 	rnrNaks  uint64 // RNR NAKs received (counters)
 	rnrLeft  int
 	timer    *time.Timer
-	timerOn  bool
-	rnrWait  bool // an RNR timer runs: nothing is sent meanwhile
+	timerOn  bool      // timer is pending (it may fire before due: see armTimer)
+	due      time.Time // when the ACK timeout expires; zero: not armed
+	rnrWait  bool      // an RNR timer runs: nothing is sent meanwhile
 	rnrTimer *time.Timer
 	goneBack uint32 // the PSN a READ's missing responses were last asked again from (+1; 0: none)
 	nakPSN   uint32 // the PSN of the sequence NAK last gone back for (+1; 0: none since progress)
@@ -129,7 +130,7 @@ func (s *sendState) reset() {
 	}
 	s.head, s.n, s.tx, s.started, s.rnrWait, s.goneBack = 0, 0, 0, false, false, 0
 	s.stopTimers()
-	s.timerOn = false
+	s.timerOn, s.due = false, time.Time{}
 }
 
 func (s *sendState) stopTimers() {
@@ -351,23 +352,36 @@ func (s *sendState) packet(e *swqe, i int) {
 	s.armTimer()
 }
 
+// The ACK timeout is a deadline (due), which every acknowledgment that
+// makes progress moves, and a timer that is not stopped and started
+// again for it: when the timer fires before due it waits the rest. A
+// stop and a start per ACK each woke an idle runtime thread (a timer
+// heap left empty by the stop wakes the netpoller when the start
+// refills it), tens of thousands of times a second.
+
 // armTimer starts the ACK timeout when packets are outstanding and it is
 // not running; q.mu is held.
 func (s *sendState) armTimer() {
-	if s.timerOn || s.rnrWait {
+	if !s.due.IsZero() || s.rnrWait {
 		return
 	}
 	if t := ackTimeout(s.q.path.timeout); t > 0 {
-		s.timerOn = true
-		s.timer.Reset(t)
+		s.due = time.Now().Add(t)
+		if !s.timerOn {
+			s.timerOn = true
+			s.timer.Reset(t)
+		}
 	}
 }
+
+// disarm stops the ACK timeout (a pending timer finds nothing due); q.mu
+// is held.
+func (s *sendState) disarm() { s.due = time.Time{} }
 
 // restartTimer restarts the ACK timeout after progress (or stops it when
 // nothing is outstanding); q.mu is held.
 func (s *sendState) restartTimer() {
-	s.timer.Stop()
-	s.timerOn = false
+	s.disarm()
 	if ib.PSNDiff(s.nxt, s.una) > 0 {
 		s.armTimer()
 	}
@@ -379,10 +393,17 @@ func (s *sendState) timeout() {
 	q := s.q
 	q.mu.Lock()
 	s.timerOn = false
-	if q.dead.Load() || s.n == 0 {
+	if q.dead.Load() || s.n == 0 || s.due.IsZero() {
 		q.mu.Unlock()
 		return
 	}
+	if left := time.Until(s.due); left > 0 {
+		s.timerOn = true // moved since the timer was set: the rest
+		s.timer.Reset(left)
+		q.mu.Unlock()
+		return
+	}
+	s.disarm()
 	if s.retries--; s.retries < 0 {
 		s.fail(s.at(0), verbs.WCRetryExcErr)
 		q.mu.Unlock()
@@ -528,8 +549,7 @@ func (s *sendState) progressed() {
 func (s *sendState) fail(e *swqe, st verbs.WCStatus) {
 	s.done = append(s.done, doneWR{e.w, e.seq, st})
 	s.head, s.n, s.tx = 0, 0, 0
-	s.timer.Stop()
-	s.timerOn = false
+	s.disarm()
 }
 
 // flushDone hands the finished work requests to the engine, outside
@@ -586,8 +606,7 @@ func (s *sendState) ack(p *ib.Packet) {
 			}
 		}
 		s.rnrWait = true // nothing goes out until the timer: goBack only sets the point
-		s.timer.Stop()
-		s.timerOn = false
+		s.disarm()
 		s.goBack(p.PSN)
 		s.rnrTimer.Reset(engine.RNRDelay(syn & 0x1F))
 	case ib.SyndromeNAK:
