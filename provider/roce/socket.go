@@ -103,14 +103,19 @@ func (s *socket) shut() {
 func (s *socket) isShut() bool { return s.refs.Load() >= sockShut }
 
 // close shuts the socket and closes the descriptor once the uses in
-// progress have ended.
+// progress have ended (once: a second close returns).
 func (s *socket) close() {
 	s.shut()
-	for s.refs.Load() != sockShut {
+	for {
+		n := s.refs.Load()
+		if n >= 2*sockShut {
+			return // closed
+		}
+		if n == sockShut && s.refs.CompareAndSwap(n, 2*sockShut) {
+			unix.Close(s.fd)
+			return
+		}
 		time.Sleep(50 * time.Microsecond)
-	}
-	if s.refs.CompareAndSwap(sockShut, 2*sockShut) { // once
-		unix.Close(s.fd)
 	}
 }
 
