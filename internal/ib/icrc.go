@@ -26,6 +26,11 @@ var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 // identification: a GSO batch's datagrams have 0, 1, 2, ...). Bytes that
 // few go through hash/crc32's table code, not its CLMUL code, at several
 // times the cost per byte; their CRC was a quarter of the ICRC's time.
+// Over IPv4 the fields they are made of are the key, so that a packet
+// that hits builds nothing; and the CRC through the BTH's first 8 bytes
+// (opcode to destination QP, which a stream repeats) is remembered after
+// them, so that a packet's headers cost the table code 4 bytes (AckReq
+// and PSN) and whatever follows the BTH.
 type Scratch struct {
 	h   [8 + 40 + 8 + BTHLen]byte
 	pre [16]prefix // by identification, modulo 16
@@ -35,6 +40,19 @@ type prefix struct {
 	n   int // bytes (0: none)
 	b   [8 + 40 + 8]byte
 	crc uint32
+	k4  key4 // the IPv4 fields b was made of, when k4.ok
+
+	bth   [8]byte // the BTH's first 8 bytes (byte 4 masked) last seen after b
+	bthOK bool
+	bcrc  uint32 // the CRC through them
+}
+
+// key4 is what the masked headers before the BTH are made of over IPv4.
+type key4 struct {
+	src, dst         [4]byte
+	sport, dport, id uint16
+	n                int
+	df, ok           bool
 }
 
 // ICRCv4 returns the ICRC of pkt (BTH through pad, without the ICRC) sent
@@ -47,7 +65,7 @@ func ICRCv4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byt
 
 // V4 is ICRCv4 in s.
 func (s *Scratch) V4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, pkt []byte) uint32 {
-	return s.finish(head4(s.h[:], src, dst, sport, dport, id, df, len(pkt)), id, pkt)
+	return s.start4(src, dst, sport, dport, id, df, len(pkt), pkt)
 }
 
 // Start4 starts the ICRC of a packet of n bytes (BTH through pad, without
@@ -56,7 +74,20 @@ func (s *Scratch) V4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, 
 // lets a sender compute the ICRC of a packet whose payload stays where it
 // is (in a memory region) rather than be copied after its headers.
 func (s *Scratch) Start4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, n int, hdr []byte) uint32 {
-	return s.finish(head4(s.h[:], src, dst, sport, dport, id, df, n), id, hdr)
+	return s.start4(src, dst, sport, dport, id, df, n, hdr)
+}
+
+// start4 is Start4: the masked headers are built only when the
+// remembered ones are of other fields.
+func (s *Scratch) start4(src, dst [4]byte, sport, dport uint16, id uint16, df bool, n int, hdr []byte) uint32 {
+	p := &s.pre[id%uint16(len(s.pre))]
+	k := key4{src: src, dst: dst, sport: sport, dport: dport, id: id, n: n, df: df, ok: true}
+	if p.k4 != k {
+		h := head4(s.h[:], src, dst, sport, dport, id, df, n)
+		p.set(h[:len(h)-BTHLen])
+		p.k4 = k
+	}
+	return p.rest(hdr)
 }
 
 // Start6 is Start4 over IPv6.
@@ -66,7 +97,12 @@ func (s *Scratch) Start6(src, dst [16]byte, sport, dport uint16, n int, hdr []by
 
 // UpdateICRC continues ICRC c (from Start4 or Start6) over the packet's
 // next bytes b.
-func UpdateICRC(c uint32, b []byte) uint32 { return crc32.Update(c, crc32.IEEETable, b) }
+func UpdateICRC(c uint32, b []byte) uint32 {
+	if len(b) == 0 {
+		return c // (a packet without pad: hash/crc32's dispatch for nothing)
+	}
+	return crc32.Update(c, crc32.IEEETable, b)
+}
 
 // head4 writes into h the masked headers of a packet of n bytes over IPv4
 // and returns them, with room for the BTH last.
@@ -133,15 +169,37 @@ func (s *Scratch) finish(h []byte, id uint16, pkt []byte) uint32 {
 	n := len(h) - BTHLen
 	p := &s.pre[id%uint16(len(s.pre))]
 	if p.n != n || string(p.b[:n]) != string(h[:n]) {
-		p.n = n
-		copy(p.b[:], h[:n])
-		p.crc = crc32.ChecksumIEEE(h[:n])
+		p.set(h[:n])
 	}
-	b := h[n:]
-	copy(b, pkt[:BTHLen])
-	b[4] = 0xFF
-	c := crc32.Update(p.crc, crc32.IEEETable, b)
-	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+	return p.rest(pkt)
+}
+
+// set makes b the remembered masked headers before the BTH.
+func (p *prefix) set(b []byte) {
+	p.n = len(b)
+	copy(p.b[:], b)
+	p.crc = crc32.ChecksumIEEE(b)
+	p.k4 = key4{}
+	p.bthOK = false
+}
+
+// rest continues the CRC of the remembered headers over pkt, which
+// starts with the BTH (its byte 4 masked).
+func (p *prefix) rest(pkt []byte) uint32 {
+	var m [8]byte
+	copy(m[:], pkt[:8])
+	m[4] = 0xFF
+	if !p.bthOK || m != p.bth {
+		p.bth, p.bthOK = m, true
+		p.bcrc = crc32.Update(p.crc, crc32.IEEETable, p.bth[:]) // (m would escape)
+	}
+	// AckReq and the PSN: the table, bytewise (hash/crc32's Update on 4
+	// bytes costs its dispatch more than the work).
+	c := ^p.bcrc
+	for _, v := range pkt[8:BTHLen] {
+		c = crc32.IEEETable[byte(c)^v] ^ c>>8
+	}
+	return UpdateICRC(^c, pkt[BTHLen:])
 }
 
 // finish is Scratch.finish without the remembered CRCs.

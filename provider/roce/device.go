@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -24,12 +25,13 @@ type device struct {
 	addr netip.Addr
 	mtu  verbs.MTU
 
-	life  sync.Mutex // open and release, which binds and frees the port
-	mu    sync.Mutex
-	conn  *net.UDPConn // addr:4791, while users > 0 (open, release)
-	raw   syscall.RawConn
-	users int           // QPs and CM listeners
-	done  chan struct{} // closed when the socket closes
+	life   sync.Mutex // open and release, which binds and frees the port
+	mu     sync.Mutex
+	sock   atomic.Pointer[socket] // addr:4791 (open; after release, shut)
+	users  int                    // QPs and CM listeners
+	done   chan struct{}          // closed when the socket closes
+	exited chan struct{}          // closed when the device's goroutine ends
+	evfd   int                    // wakes the device's goroutine from poll(2)
 
 	qmu sync.RWMutex
 	qps map[uint32]*qp
@@ -39,13 +41,12 @@ type device struct {
 	// at a time and in order.
 	rx struct {
 		sync.Mutex
-		buf    [1 << 16]byte
-		sa     sockaddr
-		msg    groMsg
-		pkt    ib.Packet
-		ho     engine.Handoff // the polling application's, during poll
-		pollFn func(fd uintptr)
-		crc    ib.Scratch
+		buf [1 << 16]byte
+		sa  sockaddr
+		msg groMsg
+		pkt ib.Packet
+		ho  engine.Handoff // the polling application's, during poll
+		crc ib.Scratch
 	}
 	// tx sends from port 4791: the CM's datagrams, ACKs, and a QP's
 	// packets when the senders could not be opened.
@@ -108,27 +109,17 @@ func DeviceCounters(name string) (Counters, bool) {
 // nSenders is how many source ports a device's QPs spread over.
 const nSenders = 8
 
-// A sender is a socket packets leave from, with what a send hands to the
-// socket's Write: a method value made once, and its arguments here, so
-// that a send allocates no closure.
+// A sender is a socket packets leave from; its lock orders the sends.
 type sender struct {
 	sync.Mutex
-	raw  syscall.RawConn
-	conn *net.UDPConn
-	port uint16 // the UDP source port, which the ICRC covers
-	pkt  []byte // one packet, or nil: all of b (UDP GSO)
-	b    *batch
-	sa   *sockaddr
-	wait bool
-	err  error
-	fn   func(fd uintptr) bool
+	sock *socket // nil until the device opens
+	port uint16  // the UDP source port, which the ICRC covers
 	crc  ib.Scratch
 }
 
 func newDevice(name string, addr netip.Addr) *device {
 	d := &device{addr: addr, qps: map[uint32]*qp{}, wake: make(chan struct{}, 1)}
-	d.rx.pollFn = d.pollFD
-	d.tx.fn, d.tx.port = d.tx.writeFD, ib.UDPPort
+	d.tx.port = ib.UDPPort
 	d.mtu = activeMTU(addr)
 	guid := guidOf(addr)
 	gid := ib.GIDOf(addr)
@@ -189,29 +180,30 @@ func (d *device) open() error {
 	defer d.life.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.conn != nil {
+	if d.users > 0 {
 		d.users++
 		return nil
 	}
-	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(d.addr, ib.UDPPort)))
+	sock, err := openSocket(netip.AddrPortFrom(d.addr, ib.UDPPort))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			err = fmt.Errorf("%w: %s: %v", ErrPortInUse, d.addr, err)
 		}
 		return fmt.Errorf("roce: %s: %w", d.eng.Name(), err)
 	}
-	raw, err := conn.SyscallConn()
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		conn.Close()
-		return err
+		sock.close()
+		return fmt.Errorf("roce: %s: %w", d.eng.Name(), os.NewSyscallError("eventfd", err))
 	}
-	d.setOpts(raw, true)
-	d.conn, d.raw, d.users, d.done = conn, raw, 1, make(chan struct{})
+	d.setOpts(sock.fd, true)
+	d.users, d.done, d.exited, d.evfd = 1, make(chan struct{}), make(chan struct{}), evfd
 	d.tx.Lock()
-	d.tx.raw, d.tx.conn = raw, conn
+	d.tx.sock = sock
 	d.tx.Unlock()
 	d.out = d.openSenders()
-	go d.rxLoop(raw, d.done)
+	d.sock.Store(sock)
+	go d.rxLoop(sock, evfd, d.done, d.exited)
 	return nil
 }
 
@@ -221,33 +213,31 @@ func (d *device) open() error {
 // CAP_NET_ADMIN. A socket that receives asks for UDP GRO: datagrams that
 // arrive together in one read (a batch sent with GSO on loopback, or a
 // burst a NIC's GRO merged).
-func (d *device) setOpts(raw syscall.RawConn, receives bool) {
-	raw.Control(func(fd uintptr) {
-		if d.addr.Is4() {
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		} else {
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+func (d *device) setOpts(fd int, receives bool) {
+	if d.addr.Is4() {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	} else {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+	}
+	opts := [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}}
+	if receives {
+		unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1)
+		opts = append(opts, [2]int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF})
+	} else {
+		// Nothing is read from it: what a stray datagram would queue
+		// stays small.
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+	}
+	for _, opt := range opts {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], 16<<20) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], 16<<20)
 		}
-		opts := [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}}
-		if receives {
-			unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
-			opts = append(opts, [2]int{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF})
-		} else {
-			// Nothing is read from it: what a stray datagram would queue
-			// stays small.
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+	}
+	if receives {
+		if n, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+			d.rcvbuf.Store(int64(n))
 		}
-		for _, opt := range opts {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], 16<<20) != nil {
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], 16<<20)
-			}
-		}
-		if receives {
-			if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
-				d.rcvbuf.Store(int64(n))
-			}
-		}
-	})
+	}
 }
 
 // openSenders opens the sockets QPs send from. They are a refinement:
@@ -256,19 +246,12 @@ func (d *device) setOpts(raw syscall.RawConn, receives bool) {
 func (d *device) openSenders() []*sender {
 	out := make([]*sender, 0, nSenders)
 	for range nSenders {
-		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(d.addr, 0)))
+		sock, err := openSocket(netip.AddrPortFrom(d.addr, 0))
 		if err != nil {
 			break
 		}
-		raw, err := conn.SyscallConn()
-		if err != nil {
-			conn.Close()
-			break
-		}
-		d.setOpts(raw, false)
-		s := &sender{raw: raw, conn: conn, port: uint16(conn.LocalAddr().(*net.UDPAddr).Port)}
-		s.fn = s.writeFD
-		out = append(out, s)
+		d.setOpts(sock.fd, false)
+		out = append(out, &sender{sock: sock, port: sock.port})
 	}
 	return out
 }
@@ -288,52 +271,90 @@ func (d *device) release() {
 	d.life.Lock()
 	defer d.life.Unlock() // an open waits until the port is free again
 	d.mu.Lock()
-	if d.users--; d.users > 0 || d.conn == nil {
+	if d.users == 0 {
+		d.mu.Unlock()
+		return // not open
+	}
+	if d.users--; d.users > 0 {
 		d.mu.Unlock()
 		return
 	}
 	close(d.done)
-	conn, out := d.conn, d.out
-	d.conn, d.out = nil, nil
-	// d.raw stays: a late poll or send sees a closed socket, not nil.
+	sock, out, exited, evfd := d.sock.Load(), d.out, d.exited, d.evfd
+	d.out = nil
+	// d.sock stays, shut: a late poll or send sees a closed socket, not nil.
 	d.mu.Unlock()
-	// Closed without d.mu: Close waits for the receiving goroutine to
-	// leave its read callback, which may be sending ACKs (write takes
-	// d.mu).
-	conn.Close()
+	// Without d.mu: the device's goroutine may be sending ACKs (write
+	// takes d.mu), and is waited for before its socket closes.
+	sock.shut()
 	for _, s := range out {
-		s.conn.Close() // s.raw stays, as d.raw does
+		s.sock.shut()
+	}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(evfd, one[:])
+	<-exited
+	unix.Close(evfd)
+	sock.close()
+	for _, s := range out {
+		s.sock.close()
 	}
 }
 
 // rxLoop reads the socket while no application polls a QP of the device
-// (polled mode: the polls read it), until the socket closes.
-func (d *device) rxLoop(raw syscall.RawConn, done chan struct{}) {
-	raw.Read(func(fd uintptr) bool {
+// (polled mode: the polls read it), until the device closes: it sleeps in
+// poll(2) on the socket and evfd, which release signals.
+func (d *device) rxLoop(sock *socket, evfd int, done, exited chan struct{}) {
+	defer close(exited)
+	pfd := []unix.PollFd{{Fd: int32(sock.fd), Events: unix.POLLIN}, {Fd: int32(evfd), Events: unix.POLLIN}}
+	for {
 		for d.polled.Load() > 0 {
 			select {
 			case <-d.wake:
 			case <-done:
-				return true
+				return
 			}
 		}
-		d.pump(int(fd), nil)
+		select {
+		case <-done:
+			return
+		default:
+		}
+		d.pump(sock, nil)
 		d.flushACKs()
-		return false // wait for the next packet
-	})
+		if _, err := unix.Poll(pfd, -1); err != nil && err != unix.EINTR {
+			return // (not seen: the descriptors are valid until exited)
+		}
+	}
 }
 
 // pump processes every packet the socket holds now; ho is the hand-off of
 // the poll it runs in, or nil.
-func (d *device) pump(fd int, ho *engine.Handoff) {
+func (d *device) pump(sock *socket, ho *engine.Handoff) {
 	d.rx.Lock()
 	defer d.rx.Unlock()
-	d.pumpLocked(fd, ho)
+	if sock.acquire() {
+		d.pumpLocked(sock.fd, ho)
+		sock.release()
+	}
 }
 
-// pumpLocked is pump with d.rx held.
+// pumpLocked is pump with d.rx held and a use of the socket fd.
+//
+// Packets may arrive as fast as they are handled (each ACK a sender
+// handles sends a batch, whose ACK follows), so that the socket is never
+// found empty; a pump stops anyway. The device's goroutine (ho nil) stops
+// once an application polls: else it kept the pump, while the
+// application's polls, finding d.rx taken, spun beside it: two threads of
+// a sender busy where one does the work. An application's poll stops
+// after pollReads reads: a poll that lasted past the engine's PollIdle
+// ended polled mode, and the device's goroutine took over (28 times a
+// second in a loopback write_bw).
 func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
-	for {
+	for i := 0; ho == nil || i < pollReads; i++ {
+		if ho == nil && d.polled.Load() > 0 {
+			return
+		}
 		n, seg, from, err := recvGRO(fd, d.rx.buf[:], &d.rx.sa, &d.rx.msg)
 		if err != nil {
 			return
@@ -346,32 +367,35 @@ func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
 	}
 }
 
+// pollReads bounds the socket reads of one application poll: a read is
+// up to a GSO batch (64 KB), so a poll stays well within PollIdle.
+const pollReads = 16
+
 // poll is the device's part of a QP's Progress: it reads the socket unless
 // another goroutine is at it, and returns how many completions it handed
 // off in ho (a value, copied in and out: a pointer kept in the device
 // would make every poll's escape to the heap).
 func (d *device) poll(ho engine.Handoff) int {
-	d.mu.Lock()
-	raw := d.raw
-	d.mu.Unlock()
-	if raw == nil {
+	sock := d.sock.Load()
+	if sock == nil {
 		return 0
 	}
 	d.flushACKs() // those of the previous poll's requests, after its completions
 	if !d.rx.TryLock() {
 		return 0
 	}
-	// Control, not Read: Read holds the descriptor's read lock, which the
-	// device's goroutine keeps while it waits.
+	if !sock.acquire() {
+		d.rx.Unlock()
+		return 0
+	}
 	d.rx.ho = ho
-	raw.Control(d.rx.pollFn)
+	d.pumpLocked(sock.fd, &d.rx.ho)
 	n := d.rx.ho.Len()
 	d.rx.ho = engine.Handoff{}
+	sock.release()
 	d.rx.Unlock()
 	return n
 }
-
-func (d *device) pollFD(fd uintptr) { d.pumpLocked(int(fd), &d.rx.ho) }
 
 // setPolled counts a QP whose application starts (on) or stops polling.
 func (d *device) setPolled(on bool) {
@@ -441,11 +465,7 @@ func (d *device) icrc(to netip.Addr, pkt []byte) uint32 {
 // after them: cap(pkt) >= len(pkt)+4) to to:4791, waiting for room in the
 // socket's buffer. The transport's bursts go in batches instead.
 func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
-	wait := true
-	d.mu.Lock()
-	raw := d.raw
-	d.mu.Unlock()
-	if raw == nil {
+	if d.sock.Load() == nil {
 		d.stats.SendFail.Add(1)
 		return
 	}
@@ -456,11 +476,10 @@ func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
 	c := d.icrc(to, pkt)
 	pkt = pkt[:len(pkt)+ib.ICRCLen]
 	ib.PutICRC(pkt[len(pkt)-ib.ICRCLen:], c)
-	d.tx.pkt, d.tx.sa, d.tx.wait, d.tx.err = pkt, sa, wait, nil
 	if captureFn.Get() != nil {
 		d.captured(netip.AddrPortFrom(d.addr, ib.UDPPort), netip.AddrPortFrom(to, ib.UDPPort), 0, pkt)
 	}
-	err := d.tx.send(raw)
+	err := d.tx.write(nil, pkt, sa, true)
 	d.tx.Unlock()
 	if err != nil {
 		d.stats.SendFail.Add(1)
@@ -486,45 +505,43 @@ func (d *device) removeQP(q *qp) {
 // write sends pkt, one packet of batch b, or with pkt nil all of b in one
 // GSO send, from b's socket, waiting for room in it if b waits.
 func (d *device) write(b *batch, pkt []byte) error {
-	d.mu.Lock()
-	raw := d.raw
-	d.mu.Unlock()
-	if raw == nil {
-		return net.ErrClosed
-	}
 	s := b.src
 	if s == nil {
 		s = &d.tx
 	}
 	s.Lock()
-	s.pkt, s.b, s.sa, s.wait, s.err = pkt, b, &b.sa, b.wait, nil
-	err := s.send(s.raw)
+	err := s.write(b, pkt, &b.sa, b.wait)
 	s.Unlock()
 	return err
 }
 
-// send hands what s holds to raw (s held).
-func (s *sender) send(raw syscall.RawConn) error {
+// write sends pkt to sa, or with pkt nil all of batch b (UDP GSO), waiting
+// for room in the socket if wait (s held).
+func (s *sender) write(b *batch, pkt []byte, sa *sockaddr, wait bool) error {
+	sock := s.sock
+	if sock == nil || !sock.acquire() {
+		return net.ErrClosed
+	}
 	raceRelease()
-	err := raw.Write(s.fn)
-	if err == nil {
-		err = s.err
-	}
-	s.pkt, s.b, s.sa = nil, nil, nil
-	return err
-}
-
-// writeFD sends s.pkt or s.b (s held), waiting for room if s.wait.
-func (s *sender) writeFD(fd uintptr) bool {
-	if s.pkt == nil {
-		b := s.b
-		seg := b.seg
-		if b.n == 1 {
-			seg = 0
+	var err error
+	for {
+		if pkt == nil {
+			seg := b.seg
+			if b.n == 1 {
+				seg = 0
+			}
+			err = sendGSO(sock.fd, b.vec, seg, sa, &b.msg)
+		} else {
+			err = sendNB(sock.fd, pkt, sa)
 		}
-		s.err = sendGSO(int(fd), b.vec, seg, &b.sa, &b.msg)
-	} else {
-		s.err = sendNB(int(fd), s.pkt, s.sa)
+		if err != unix.EAGAIN || !wait {
+			break
+		}
+		if !sock.waitWritable() {
+			err = net.ErrClosed
+			break
+		}
 	}
-	return !s.wait || s.err != unix.EAGAIN
+	sock.release()
+	return err
 }
