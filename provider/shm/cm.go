@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -390,12 +391,19 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 		r.uc.Close()
 		return nil, fmt.Errorf("shm: accept: %w", err)
 	}
+	if h := testHookAccepted.Load(); h != nil {
+		(*h)()
+	}
 	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), p.RNRRetry, r.cfg)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
 	return &Conn{c: c, local: r.local}, nil
 }
+
+// testHookAccepted, when a test sets it, runs after the accept is sent,
+// before the connection starts.
+var testHookAccepted atomic.Pointer[func()]
 
 // Reject refuses the request, sending private data to the requester.
 func (r *Request) Reject(privateData []byte) error {

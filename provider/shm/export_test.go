@@ -238,3 +238,10 @@ func OnReserveFailed(f func()) (undo func()) {
 func (x *Conn) PeerTookAll() bool {
 	return atomic.LoadUint64(x.c.out.ring.C.Head) == x.c.out.ring.Tail
 }
+
+// OnAccepted runs f in Request.Accept after the accept is sent, before the
+// connection starts; the returned func removes it.
+func OnAccepted(f func()) (undo func()) {
+	testHookAccepted.Store(&f)
+	return func() { testHookAccepted.Store(nil) }
+}

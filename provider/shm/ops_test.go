@@ -868,3 +868,70 @@ func TestStallAfterRingDrained(t *testing.T) {
 		t.Fatal("target memory differs")
 	}
 }
+
+// A request the client publishes between the listener's accept and the
+// start of its connection is seen: the listener's rings ask to be poked
+// from their creation (they asked only from newConn, and such a request
+// waited until the listener polled; a listener that only waits, as the
+// package example's, never saw it).
+func TestRequestBeforeAcceptorStarts(t *testing.T) {
+	leakcheck.Check(t)
+	o := conformance.PairOpts{BufSize: 4096, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+	a := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	b := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+	for _, q := range []*verbs.QP{a.QP, b.QP} {
+		if err := conformance.ToInit(q, conformance.DefaultRC.QPAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.MustPostRecv(t, b.Recv(1, 0, 64))
+	b.RecvCQ.SetWaitSpin(0) // no poll: only a poke can bring the message in
+	ln, err := shm.Listen(addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	posted := make(chan struct{})
+	defer shm.OnAccepted(func() { <-posted })()
+	type res struct {
+		c   *shm.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		r, err := ln.Accept(ctx)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := r.Accept(b.QP, shm.Params{})
+		ch <- res{c, err}
+	}()
+	ca, err := shm.Dial(ctx, ln.Addr().String(), a.QP, shm.Params{}, nil)
+	if err != nil {
+		close(posted)
+		t.Fatal(err)
+	}
+	copy(a.Buf, "early")
+	a.MustPostSend(t, a.Send(2, 0, 5))
+	close(posted)
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() {
+		ca.Disconnect()
+		r.c.Disconnect()
+		<-ca.Done()
+		<-r.c.Done()
+	}()
+	if err := b.RecvCQ.Wait(ctx); err != nil {
+		t.Fatalf("the early SEND never arrived: %v", err)
+	}
+	conformance.ExpectWC(t, conformance.Poll1(t, b.RecvCQ), 1, verbs.WCSuccess, verbs.WCRecv)
+	if string(b.Buf[:5]) != "early" {
+		t.Fatalf("received %q", b.Buf[:5])
+	}
+}

@@ -83,6 +83,14 @@ func newSegment(l layout) (*segment, int, error) {
 	for i := range 2 {
 		*s.U64(offKeys + 8*i) = rand.Uint64() | 1
 	}
+	// Until the application polls, the owner asks to be poked: from the
+	// start, since the peer may publish as soon as it has mapped the
+	// segment, before the owner's newConn. (Set there only, a listener's
+	// first request went unseen when the client published it between the
+	// accept and newConn: its poke was never sent, and nothing looked.)
+	for _, ctl := range []int{ctlReq, ctlResp} {
+		atomic.StoreUint32(s.Ctl(ctl).Sleep, 1)
+	}
 	return s, fd, nil
 }
 
