@@ -41,10 +41,11 @@
 // An access that fails those checks is not made: it goes the other way,
 // below, so that the target reports it as it would any remote error. Until
 // the mapping arrives, requests of up to 64 KiB go that way too (larger
-// ones wait for it); a target that busy-polls notices the request for a
-// mapping without waiting for the runtime's network poller (a count of
-// socket messages in its segment). The requests of one PostSend list to
-// one mapped region share the use count: it is taken once per list.
+// ones wait for it), and so do those posted while earlier requests of the
+// QP are still in the target's ring (RC order: larger ones wait for the
+// target to consume them, then copy once); a target that busy-polls
+// notices the request for a mapping without waiting for the runtime's
+// network poller (a count of socket messages in its segment).
 //
 // Memory that is not a memfd (Go heap, mmap of a file) cannot be mapped by
 // another process: WRITEs to it travel through the request ring and are
