@@ -34,6 +34,11 @@ var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 type Scratch struct {
 	h   [8 + 40 + 8 + BTHLen]byte
 	pre [16]prefix // by identification, modulo 16
+	// The basis CheckV4 used last, and its packet length: a peer whose IP
+	// identification is not 0 (rxe's) sends most packets at one length,
+	// so the shared table's lock is taken once per length, not per packet.
+	bn int
+	b  *basis
 }
 
 type prefix struct {
@@ -240,7 +245,10 @@ func (s *Scratch) CheckV4(src, dst [4]byte, sport, dport uint16, pkt []byte, icr
 	if d == 0 {
 		return true
 	}
-	return solvable(unknowns(len(pkt)), d)
+	if s.b == nil || s.bn != len(pkt) {
+		s.b, s.bn = unknowns(len(pkt)), len(pkt)
+	}
+	return solvable(s.b, d)
 }
 
 // basis is, for one packet length, an echelon form of the 17 vectors by
