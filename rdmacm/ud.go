@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -84,22 +85,7 @@ func (id *ID) UDPeer() (UDParam, bool) {
 
 // readyUD moves a new UD QP of the UDP port space to RTS, as librdmacm
 // does when it creates one.
-func readyUD(qp *verbs.QP) error {
-	steps := []struct {
-		a verbs.QPAttr
-		m verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: UDPQKey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.a, s.m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func readyUD(qp *verbs.QP) error { return udqp.Activate(qp, UDPQKey) }
 
 // resolveUD is Connect in the UDP port space.
 func (id *ID) resolveUD(ctx context.Context, qp *verbs.QP, p *ConnParam) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -149,22 +150,7 @@ type PairOpts struct {
 
 // ActivateUD moves a UD QP from RESET to RTS with Q_Key qkey on port 1:
 // the verbs sequence for any device with UD, for fixtures' ActivateUD.
-func ActivateUD(q *verbs.QP, qkey uint32) error {
-	steps := []struct {
-		a verbs.QPAttr
-		m verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := q.Modify(&s.a, s.m); err != nil {
-			return fmt.Errorf("UD QP %#x to %v: %w", q.Num(), s.a.QPState, err)
-		}
-	}
-	return nil
-}
+func ActivateUD(q *verbs.QP, qkey uint32) error { return udqp.Activate(q, qkey) }
 
 // NewSide creates a side on ctx without a QP connection.
 func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Side {

@@ -3,6 +3,7 @@ package loop
 import (
 	"fmt"
 
+	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -79,18 +80,8 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 
 // ActivateUD moves a UD QP from RESET to RTS with Q_Key qkey.
 func ActivateUD(q *verbs.QP, qkey uint32) error {
-	steps := []struct {
-		a verbs.QPAttr
-		m verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := q.Modify(&s.a, s.m); err != nil {
-			return fmt.Errorf("loop: UD QP %#x to %v: %w", q.Num(), s.a.QPState, err)
-		}
+	if err := udqp.Activate(q, qkey); err != nil {
+		return fmt.Errorf("loop: %w", err)
 	}
 	return nil
 }
