@@ -886,47 +886,20 @@ func TestRequestBeforeAcceptorStarts(t *testing.T) {
 	}
 	b.MustPostRecv(t, b.Recv(1, 0, 64))
 	b.RecvCQ.SetWaitSpin(0) // no poll: only a poke can bring the message in
-	ln, err := shm.Listen(addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	posted := make(chan struct{})
+	defer shm.OnAccepted(func() {
+		select {
+		case <-posted:
+		case <-time.After(10 * time.Second): // the test failed before it posted
+		}
+	})()
+	connectThen(t, a.QP, b.QP, shm.Params{}, shm.Params{}, func() {
+		defer close(posted)
+		copy(a.Buf, "early")
+		a.MustPostSend(t, a.Send(2, 0, 5))
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	posted := make(chan struct{})
-	defer shm.OnAccepted(func() { <-posted })()
-	type res struct {
-		c   *shm.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		r, err := ln.Accept(ctx)
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		c, err := r.Accept(b.QP, shm.Params{})
-		ch <- res{c, err}
-	}()
-	ca, err := shm.Dial(ctx, ln.Addr().String(), a.QP, shm.Params{}, nil)
-	if err != nil {
-		close(posted)
-		t.Fatal(err)
-	}
-	copy(a.Buf, "early")
-	a.MustPostSend(t, a.Send(2, 0, 5))
-	close(posted)
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer func() {
-		ca.Disconnect()
-		r.c.Disconnect()
-		<-ca.Done()
-		<-r.c.Done()
-	}()
 	if err := b.RecvCQ.Wait(ctx); err != nil {
 		t.Fatalf("the early SEND never arrived: %v", err)
 	}

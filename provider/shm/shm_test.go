@@ -22,6 +22,13 @@ func addr() string {
 // connect connects two RC QPs: a dials, b accepts.
 func connect(t testing.TB, a, b *verbs.QP, pa, pb shm.Params) (ca, cb *shm.Conn) {
 	t.Helper()
+	return connectThen(t, a, b, pa, pb, nil)
+}
+
+// connectThen is connect, running dialed (if not nil) once a's Dial has
+// returned, before it waits for b's Accept to return.
+func connectThen(t testing.TB, a, b *verbs.QP, pa, pb shm.Params, dialed func()) (ca, cb *shm.Conn) {
+	t.Helper()
 	ln, err := shm.Listen(addr(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +51,9 @@ func connect(t testing.TB, a, b *verbs.QP, pa, pb shm.Params) (ca, cb *shm.Conn)
 		ch <- res{c, err}
 	}()
 	ca, err = shm.Dial(ctx, ln.Addr().String(), a, pa, nil)
+	if dialed != nil && err == nil {
+		dialed()
+	}
 	r := <-ch
 	if err != nil {
 		t.Fatal(err)
