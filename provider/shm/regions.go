@@ -126,6 +126,12 @@ func (r *remote) exported() bool {
 	return s&slotValid != 0 && s>>slotGenShift == r.gen
 }
 
+// contains reports whether the n bytes at remote address addr lie in r
+// (written so that no sum can overflow).
+func (r *remote) contains(addr uint64, n uint32) bool {
+	return addr >= r.base && addr-r.base <= uint64(len(r.mem)) && uint64(n) <= uint64(len(r.mem))-(addr-r.base)
+}
+
 // at returns the n bytes at remote address addr (checked by the caller).
 func (r *remote) at(addr uint64, n uint32) []byte {
 	off := addr - r.base

@@ -182,7 +182,7 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 	}
 	r := c.out.dHeld
 	if r == nil || r.rkey != wr.RKey || c.out.dStatic&need != need || n > oneSidedDirectMax || c.out.cur.busy ||
-		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+		!r.contains(addr, n) {
 		r = c.directAt(wr.RKey, addr, n, need)
 	} else if c.out.dLive&need != need {
 		if !c.closing.Load() && !c.peerStopped() && verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need == need &&
@@ -231,7 +231,7 @@ func (c *conn) directAt(rkey uint32, addr uint64, n uint32, need verbs.AccessFla
 			return nil
 		}
 	}
-	if addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) {
+	if !r.contains(addr, n) {
 		return nil // through the peer, which reports the error
 	}
 	if c.out.dLive&need != need && !c.live(r, need) {
@@ -548,7 +548,7 @@ func (c *conn) remoteAccess(rkey uint32, need verbs.AccessFlags, addr uint64, n 
 	// Anything the checks refuse goes through the peer, which reports the
 	// error as it reports any remote error.
 	if r.fallback || r.access&need != need || verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need != need ||
-		addr < r.base || addr-r.base > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(addr-r.base) ||
+		!r.contains(addr, n) ||
 		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.U32(offIRD)) == 0 {
 		return nil, viaPeer
 	}
