@@ -76,6 +76,11 @@ func TestCMConnect(t *testing.T) {
 	if !bytes.Equal(a.Buf[4096:4196], a.Buf[:100]) {
 		t.Fatal("READ returned other data")
 	}
+	// A message received just before the disconnect is acknowledged
+	// before the DREQ goes: the peer's SEND completes, it is not flushed.
+	a.MustPostRecv(t, a.Recv(5, 0, 64))
+	b.MustPostSend(t, b.Send(6, 0, 64))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.RecvCQ), 5, verbs.WCSuccess, verbs.WCRecv)
 	// Disconnect: both sides flush.
 	a.MustPostRecv(t, a.Recv(4, 0, 64))
 	if err := ca.Disconnect(); err != nil {
@@ -91,6 +96,7 @@ func TestCMConnect(t *testing.T) {
 	}
 	conformance.ExpectWC(t, conformance.Poll1(t, a.RecvCQ), 4, verbs.WCWRFlushErr, 0)
 	conformance.WaitState(t, b.QP, verbs.QPSErr)
+	conformance.ExpectWC(t, conformance.Poll1(t, b.SendCQ), 6, verbs.WCSuccess, verbs.WCSend)
 
 	// A reject carries its private data.
 	a2 := conformance.NewSide(t, openDev(t, da), verbs.QPTRC, conformance.PairOpts{})

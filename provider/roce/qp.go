@@ -145,11 +145,15 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QP
 func (q *qp) RecvPosted() {}
 
 // Shutdown implements engine.Transport. It runs with the QP locked: it
-// stops the timers and lets go of the device; the engine has flushed every
-// work request.
+// stops the timers, sends the ACKs still deferred (a request this QP
+// executed is acknowledged even if it leaves RTS before its next poll: a
+// Disconnect right after a receive completion left the peer's SEND
+// unacknowledged, to be flushed by the DREQ), and lets go of the device;
+// the engine has flushed every work request.
 func (q *qp) Shutdown(destroyed bool) {
 	q.dead.Store(true)
 	q.s.stopTimers()
+	q.d.flushACKs()
 	if q.polled.Swap(false) {
 		q.d.setPolled(false)
 	}
