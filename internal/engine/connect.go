@@ -78,11 +78,12 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 	return nil
 }
 
-// setTransport attaches t and notes whether it has the direct path; q.mu
-// is held (or q is not shared yet).
+// setTransport attaches t and notes whether it has the direct path and
+// batches; q.mu is held (or q is not shared yet).
 func (q *QP) setTransport(t Transport) {
 	q.t = t
 	q.direct, _ = t.(DirectSender)
+	q.batch, _ = t.(Batcher)
 }
 
 // attachProgress makes the QP's CQs drive its transport when it is a

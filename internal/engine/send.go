@@ -480,9 +480,17 @@ func (q *QP) progressLocked() {
 		return
 	}
 	q.txActive = true
+	owed := false // a Send was told More, and neither Send nor Flush followed
 	for {
 		w := q.nextTx()
 		if w == nil {
+			if owed {
+				owed = false
+				q.mu.Unlock()
+				q.batch.Flush()
+				q.mu.Lock()
+				continue // (anything posted meanwhile waits for this loop)
+			}
 			break
 		}
 		w.state = wqeTx
@@ -493,6 +501,8 @@ func (q *QP) progressLocked() {
 		if h := captureHook.Get(); h != nil {
 			q.capture(*h, w, false)
 		}
+		w.more = q.batch != nil && q.moreAfter(w)
+		owed = w.more
 		seq, kicks := w.seq, q.kicks.Load()
 		q.mu.Unlock()
 		res := q.t.Send(w)
@@ -541,6 +551,26 @@ func (q *QP) nextTx() *WQE {
 	q.sq.next++
 	q.sq.sent = max(q.sq.sent, q.sq.next)
 	return w
+}
+
+// moreAfter reports whether the request queued after w, just taken by
+// nextTx, could be sent right after it by nextTx's rules, w counted
+// against ORD and fences if it is a read or an atomic; q.mu is held. (A
+// hint: if the state changes during w's Send, the loop calls Flush.)
+func (q *QP) moreAfter(w *WQE) bool {
+	if q.sq.next == q.sq.tail || q.stalled.Load() ||
+		q.state != verbs.QPSRTS && (q.state != verbs.QPSSQE || q.typ != verbs.QPTUD) {
+		return false
+	}
+	n := &q.sq.ring[q.sq.next&q.sq.mask]
+	rd := q.rdOut
+	if isRdAtomic(w.WR.Opcode) {
+		rd++
+	}
+	if n.WR.Flags&verbs.SendFence != 0 && rd > 0 {
+		return false
+	}
+	return !isRdAtomic(n.WR.Opcode) || q.attr.MaxRdAtomic == 0 || rd < int(q.attr.MaxRdAtomic)
 }
 
 // txResult applies Send's result; q.mu is held.

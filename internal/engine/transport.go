@@ -92,6 +92,20 @@ type DirectSender interface {
 	DirectDone()
 }
 
+// Batcher is a Transport that writes requests queued one behind another
+// together: one system call for several, as a doorbell rung once for a
+// list. Send learns from WQE.More that the engine has another request ready
+// to send right after w; it may then lay w's message out and keep it back,
+// to be written with the next one's, and return Pending (the transport
+// completes w once it is written). The engine's next call is Send for the
+// next request or, when that cannot go after all (the queue stalled, the
+// QP left RTS meanwhile), Flush, which writes what was kept back; both come
+// from the goroutine of the Send before, with the QP unlocked. A Send that
+// keeps a message back may keep whatever serialises its wire until then.
+type Batcher interface {
+	Flush()
+}
+
 // Outcome is how Send left a work request.
 type Outcome uint8
 
@@ -132,6 +146,7 @@ type WQE struct {
 	Retries int    // free for the transport (RNR retry counting)
 	Data    any    // free for the transport (per-request state)
 
+	more     bool // another request is ready behind it (Batcher)
 	seq      uint64
 	state    wqeState
 	status   verbs.WCStatus
@@ -149,6 +164,10 @@ type WQE struct {
 // Seq identifies the request for Requester.Complete; slots are reused,
 // sequence numbers are not.
 func (w *WQE) Seq() uint64 { return w.seq }
+
+// More reports, during Send, whether the engine has another request ready
+// to send right after this one (see Batcher).
+func (w *WQE) More() bool { return w.more }
 
 // Signaled reports whether the request produces a completion when it
 // succeeds (SendSignaled, or a QP that signals all): someone waits for it.

@@ -256,7 +256,7 @@ func (c *conn) txLoop() {
 				}
 			}
 			captureOut(c.nc, c.ep.Num(), nil)
-			c.tx.rest, c.tx.restW = nil, nil
+			c.tx.rest, c.tx.restW = nil, c.tx.restW[:0]
 			if c.su.nudge != nil {
 				c.su.nudge.Stop()
 			}
@@ -275,11 +275,11 @@ func (c *conn) txLoop() {
 
 // txWork is one round of the transmit goroutine.
 func (c *conn) txWork() error {
-	done, seq, err := c.lockTx() // the rest of a message
+	err := c.lockTx() // the rest of a message
 	if err == nil {
 		err = c.sendNudge()
 	}
-	c.releaseTx(done, seq)
+	c.releaseTx()
 	if err != nil {
 		return err
 	}
@@ -295,19 +295,32 @@ func (c *conn) txWork() error {
 // txSide): a message the socket takes only in part is Pending until the
 // transmit goroutine has written the rest, and a busy stream is a Stall.
 func (c *conn) Send(w *engine.WQE) engine.Result {
-	select {
-	case <-c.dying:
-		return engine.Fail(verbs.WCWRFlushErr)
-	default:
-	}
-	if !c.su.rxSeen.Load() {
-		return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU
-	}
-	if !c.tryLockTx() {
-		return engine.ResultStall // whoever frees the stream resumes the engine
+	if c.tx.batching {
+		// The stream is ours since the Send that kept messages back.
+		select {
+		case <-c.dying:
+			c.dropKept()
+			c.unlockTx(false)
+			return engine.Fail(verbs.WCWRFlushErr)
+		default:
+		}
+	} else {
+		select {
+		case <-c.dying:
+			return engine.Fail(verbs.WCWRFlushErr)
+		default:
+		}
+		if !c.su.rxSeen.Load() {
+			return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU
+		}
+		if !c.tryLockTx() {
+			return engine.ResultStall // whoever frees the stream resumes the engine
+		}
 	}
 	res := c.transmit(w)
-	c.unlockTx(false)
+	if !c.tx.batching {
+		c.endSend()
+	}
 	return res
 }
 

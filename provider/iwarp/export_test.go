@@ -32,3 +32,26 @@ func TxPartial(qp *verbs.QP) bool {
 	c, ok := ep.Transport().(*conn)
 	return ok && c.tx.restOut.Load()
 }
+
+// Puts returns how many writes of messages the stream of qp has begun
+// without waiting (one per writev of the engine's transmitter).
+func Puts(qp *verbs.QP) uint64 {
+	ep, _ := engine.Lookup(qp, dev)
+	c, ok := ep.Transport().(*conn)
+	if !ok {
+		return 0
+	}
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	return c.tx.puts
+}
+
+// SetKeptHook makes f run whenever a message is kept back for the next
+// one (nil: no more).
+func SetKeptHook(f func()) {
+	if f == nil {
+		testHookKept.Store(nil)
+		return
+	}
+	testHookKept.Store(&f)
+}

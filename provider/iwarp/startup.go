@@ -23,9 +23,10 @@ func (c *conn) sendNudge() error {
 	if !c.su.nudgeNeeded.Swap(false) || c.rx.any.Load() {
 		return nil
 	}
+	iov := c.begin()
 	b := c.control(wire.TaggedHeaderLen)
 	wire.PutTagged(b, wire.OpWrite, true, 1, 0, wire.TaggedHeaderLen-wire.MPALenLen)
-	c.tx.iov = append(c.tx.iov[:0], wire.FinishFPDU(b, 0, c.crc))
+	c.tx.iov = append(iov, wire.FinishFPDU(b, 0, c.crc))
 	c.tx.rest = c.tx.iov
 	c.record(c.tx.iov)
 	return c.wait()

@@ -27,22 +27,40 @@ import (
 // application's polls: progressTx). Send does not wait for mu either: when
 // the stream is busy it returns Stall, leaving want set, and whoever frees
 // the stream resumes the engine.
+//
+// Requests queued one behind another go out together (engine.Batcher): a
+// Send told that another request follows lays its message out after the
+// ones kept back and keeps it too, holding mu until the engine's next Send
+// or Flush writes them all with one writev. (rsocket over iWARP posts a
+// WRITE and its announcing SEND as a list: one system call each before.)
 type txSide struct {
 	mu      sync.Mutex
 	msn     [4]uint32 // per queue number: next MSN (starts at 1)
 	maxFPDU int
-	hbuf    []byte   // headers and trailers of the message on the stream
-	iov     [][]byte // its FPDUs: headers, payload pieces, trailers
+	hbuf    []byte   // headers and trailers of the messages laid out (an arena: see hdrs)
+	hused   int      // how much of hbuf they use
+	iov     [][]byte // their FPDUs: headers, payload pieces, trailers
 	segs    [][]byte // the payload of the message being built
 	respSeg [1][]byte
-	ibuf    [wire.ImmediateLen + wire.MaxTrailerLen]byte // an RFC 7306 Immediate Data FPDU
 	wiov    [128]unix.Iovec
 	crc     wire.CRC
 
-	rest    [][]byte    // what the socket has not taken yet of the message on the stream
-	restW   *engine.WQE // a Send or Write that completes once rest is written
-	restSeq uint64
+	// batching: messages are kept back, laid out in iov[:kept], and the
+	// engine's transmitter holds mu from the Send that kept the first one
+	// to the Send or Flush that writes them. held are the Sends and Writes
+	// among them (they complete once written), keptBytes their payload.
+	batching  bool
+	kept      int
+	keptBytes int
+	held      [batchMax]sentReq
+	nheld     int
+	heldFail  bool // their write failed: the first completes with the error
+
+	rest    [][]byte  // what the socket has not taken yet of the messages on the stream
+	restW   []sentReq // the Sends and Writes that complete once rest is written
+	restB   [batchMax + 1]sentReq
 	werr    error
+	puts    uint64                // writes begun without waiting (put): for tests
 	writeFn func(fd uintptr)      // writes rest without waiting (RawConn.Control)
 	waitFn  func(fd uintptr) bool // the same, for RawConn.Write, which then waits for room
 
@@ -52,6 +70,21 @@ type txSide struct {
 	// restOut: rest is not empty (a hint for polled mode, read without mu).
 	restOut atomic.Bool
 }
+
+// sentReq is a request whose message is on its way: a Send or Write
+// completes once all of it is written.
+type sentReq struct {
+	w   *engine.WQE
+	seq uint64
+}
+
+// How much a batch keeps back at most: its Sends and Writes, and their
+// payload (batching saves a system call per message; a large message saves
+// little). It also stops at half a writev's pieces (wiov).
+const (
+	batchMax   = 16
+	batchBytes = 64 << 10
+)
 
 // tryLockTx takes the stream for the engine's transmitter without waiting.
 // It fails when another holder has it or a message's rest is still being
@@ -94,22 +127,19 @@ func (c *conn) unlockTx(later bool) {
 
 // lockTx takes the stream for the transmit goroutine, waiting for it (no
 // other holder keeps it for long: none but this goroutine waits for the
-// socket), and writes what the socket has not taken yet of the message
-// before, waiting for room. It returns the request that this finished, for
-// releaseTx to complete.
-func (c *conn) lockTx() (done *engine.WQE, seq uint64, err error) {
+// socket), and writes what the socket has not taken yet of the messages
+// before, waiting for room; releaseTx completes the requests this finished.
+func (c *conn) lockTx() error {
 	c.tx.mu.Lock()
 	if len(c.tx.rest) == 0 {
-		return nil, 0, nil
+		return nil
 	}
 	if err := c.wait(); err != nil {
-		c.tx.restW = nil // the QP's flush completes it
-		return nil, 0, err
+		c.tx.restW = c.tx.restW[:0] // the QP's flush completes them
+		return err
 	}
-	done, seq = c.tx.restW, c.tx.restSeq
-	c.tx.restW = nil
 	c.tx.restOut.Store(false)
-	return done, seq, nil
+	return nil
 }
 
 // progressTx is polled mode's transmit side, called by the application's
@@ -135,20 +165,24 @@ func (c *conn) progressTx() {
 		c.tx.mu.Unlock()
 		return
 	}
-	done, seq := c.tx.restW, c.tx.restSeq
-	c.tx.restW = nil
 	c.tx.restOut.Store(false)
-	c.releaseTx(done, seq)
+	c.releaseTx()
 }
 
-// releaseTx is unlockTx after lockTx or progressTx wrote the rest of a
-// message: it first completes the request done, if any, whose last bytes
-// they wrote. It is not for the receive side (it may transmit).
-func (c *conn) releaseTx(done *engine.WQE, seq uint64) {
+// releaseTx is unlockTx after lockTx or progressTx: once the rest of the
+// messages on the stream is written, it completes the Sends and Writes
+// among them. It is not for the receive side (it may transmit).
+func (c *conn) releaseTx() {
+	var done [batchMax + 1]sentReq
+	n := 0
 	free := len(c.tx.rest) == 0
+	if free {
+		n = copy(done[:], c.tx.restW)
+		c.tx.restW = c.tx.restW[:0]
+	}
 	c.tx.mu.Unlock()
-	if done != nil {
-		c.req.Complete(done, seq, verbs.WCSuccess)
+	for _, d := range done[:n] {
+		c.req.Complete(d.w, d.seq, verbs.WCSuccess)
 	}
 	if free && c.tx.want.Load() && c.tx.want.Swap(false) {
 		c.req.Resume()
@@ -159,6 +193,7 @@ func (c *conn) releaseTx(done *engine.WQE, seq uint64) {
 // does not take stays in c.tx.rest, and the transmit goroutine is woken to
 // write it. c.tx.mu is held.
 func (c *conn) put(iov [][]byte) error {
+	c.tx.puts++
 	c.record(iov)
 	c.tx.iov, c.tx.rest, c.tx.werr = iov, iov, nil
 	raceRelease()
@@ -228,18 +263,19 @@ func (c *conn) writeRest(fd uintptr) bool {
 	return true
 }
 
-// transmit puts w's message(s) on the stream without waiting. A message the
+// transmit puts w's message(s) on the stream without waiting, after the
+// messages kept back, or keeps them back too (see out). A message the
 // socket takes only in part is Pending: the transmit goroutine writes the
 // rest and then completes a Send or Write (a Read or an atomic completes
 // with its response, as always). c.tx.mu is held.
 func (c *conn) transmit(w *engine.WQE) engine.Result {
 	wr := &w.WR
-	iov := c.tx.iov[:0]
+	iov := c.begin()
 	switch wr.Opcode {
 	case verbs.WRSend, verbs.WRSendWithInv, verbs.WRSendWithImm:
 		segs, st := c.payload(w)
 		if st != verbs.WCSuccess {
-			return engine.Fail(st)
+			return c.failKept(st)
 		}
 		se := wr.Flags&verbs.SendSolicited != 0
 		op := wire.OpSend
@@ -269,32 +305,128 @@ func (c *conn) transmit(w *engine.WQE) engine.Result {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
 		segs, st := c.payload(w)
 		if st != verbs.WCSuccess {
-			return engine.Fail(st)
+			return c.failKept(st)
 		}
 		iov = c.buildTagged(iov, wire.OpWrite, wr.RKey, wr.RemoteAddr, segs, int(w.Len))
 		if wr.Opcode == verbs.WRRDMAWriteWithImm {
 			iov = append(iov, c.immediate(wr.ImmData, immAfterWrite, wr.Flags&verbs.SendSolicited != 0))
 		}
 	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRFlush, verbs.WRAtomicWrite:
-		return c.sendRequest(w)
+		return c.sendRequest(w, iov)
 	default:
-		return engine.Fail(verbs.WCLocQPOpErr)
+		return c.failKept(verbs.WCLocQPOpErr)
 	}
-	if err := c.put(iov); err != nil {
-		return c.sendFailed(err)
-	}
-	if len(c.tx.rest) > 0 {
-		c.tx.restW, c.tx.restSeq = w, w.Seq()
-		return engine.ResultPending
-	}
-	return engine.ResultOK
+	return c.out(iov, w, true)
 }
 
-// sendFailed ends the connection after a failed write of a request, which
-// completes with LOC_QP_OP_ERR (as on siw). c.tx.mu is held.
-func (c *conn) sendFailed(err error) engine.Result {
-	c.close(sendError(err), nil)
-	return engine.Fail(verbs.WCLocQPOpErr)
+// begin returns where a new message's FPDUs go: after the messages kept
+// back, or (the stream is free: nothing of hbuf is in use) at the start of
+// c.tx.iov and of the header arena. c.tx.mu is held.
+func (c *conn) begin() [][]byte {
+	if c.tx.batching {
+		return c.tx.iov[:c.tx.kept]
+	}
+	c.tx.hused = 0
+	return c.tx.iov[:0]
+}
+
+// out writes iov, the messages laid out so far ending with w's, or keeps
+// them back when the engine has another request ready (w.More) and the
+// batch has room. comp says that w (nil for Flush) completes once written:
+// a Send or Write. c.tx.mu is held; the caller ends with endSend (unless
+// batching).
+func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
+	c.tx.iov = iov
+	if w != nil && w.More() && c.tx.nheld < batchMax && c.tx.keptBytes+int(w.Len) <= batchBytes && len(iov) <= len(c.tx.wiov)/2 {
+		c.tx.keptBytes += int(w.Len)
+		if comp {
+			c.tx.held[c.tx.nheld] = sentReq{w, w.Seq()}
+			c.tx.nheld++
+		}
+		c.tx.kept = len(iov)
+		c.tx.batching = true
+		if h := testHookKept.Load(); h != nil {
+			(*h)()
+		}
+		return engine.ResultPending
+	}
+	c.tx.batching, c.tx.kept, c.tx.keptBytes = false, 0, 0
+	if err := c.put(iov); err != nil {
+		// The connection ends; as on siw, the request whose write failed
+		// completes with LOC_QP_OP_ERR (the first kept back, if any: see
+		// endSend), and the rest are flushed.
+		c.close(sendError(err), nil)
+		c.tx.heldFail = c.tx.nheld > 0
+		return engine.Fail(verbs.WCLocQPOpErr)
+	}
+	if len(c.tx.rest) > 0 {
+		// The kept Sends and Writes, and w, complete once the rest is out.
+		c.tx.restW = append(c.tx.restB[:0], c.tx.held[:c.tx.nheld]...)
+		c.tx.nheld = 0
+		if comp {
+			c.tx.restW = append(c.tx.restW, sentReq{w, w.Seq()})
+		}
+		return engine.ResultPending
+	}
+	if comp {
+		return engine.ResultOK
+	}
+	return engine.ResultPending
+}
+
+// testHookKept, when a test sets it, runs when out keeps a message back.
+var testHookKept atomic.Pointer[func()]
+
+// failKept ends a request that fails before it is laid out (a bad key, an
+// unknown opcode): the messages kept back before it are written first, as
+// they would have been without the batch. c.tx.mu is held.
+func (c *conn) failKept(st verbs.WCStatus) engine.Result {
+	if c.tx.batching {
+		c.out(c.tx.iov[:c.tx.kept], nil, false)
+	}
+	return engine.Fail(st)
+}
+
+// endSend ends a Send or Flush that wrote what was kept back: it lets go of
+// the stream and completes the Sends and Writes kept back, now written (or
+// the first with the error that ended the connection; the QP's flush
+// completes the others). Not while batching.
+func (c *conn) endSend() {
+	var done [batchMax]sentReq
+	n := copy(done[:], c.tx.held[:c.tx.nheld])
+	c.tx.nheld = 0
+	st := verbs.WCSuccess
+	if c.tx.heldFail {
+		c.tx.heldFail = false
+		st, n = verbs.WCLocQPOpErr, min(n, 1)
+	}
+	c.unlockTx(false)
+	for _, d := range done[:n] {
+		c.req.Complete(d.w, d.seq, st)
+	}
+}
+
+// dropKept forgets the messages kept back, unwritten: the connection is
+// ending, and the QP's flush completes their requests. c.tx.mu is held.
+func (c *conn) dropKept() {
+	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.nheld = false, 0, 0, 0
+}
+
+// Flush implements engine.Batcher: it writes the messages kept back when
+// the engine found no request to send after them after all.
+func (c *conn) Flush() {
+	if !c.tx.batching {
+		return
+	}
+	select {
+	case <-c.dying:
+		c.dropKept()
+		c.unlockTx(false)
+		return
+	default:
+	}
+	c.out(c.tx.iov[:c.tx.kept], nil, false)
+	c.endSend()
 }
 
 func sendError(err error) error { return fmt.Errorf("iwarp: send: %w", err) }
@@ -331,11 +463,12 @@ func (c *conn) response(r *resp) [][]byte {
 		if len(r.src) > 0 {
 			segs = c.tx.respSeg[:1]
 		}
-		return c.buildTagged(c.tx.iov[:0], wire.OpReadResponse, r.stag, r.to, segs, len(r.src))
+		return c.buildTagged(c.begin(), wire.OpReadResponse, r.stag, r.to, segs, len(r.src))
 	}
+	iov := c.begin()
 	f := c.control(wire.AtomicResponseLen)
 	wire.PutAtomicResponse(f, c.nextMSN(wire.QNAtomicResponse), &wire.AtomicResponseFields{ReqID: r.reqID, Orig: r.orig})
-	return append(c.tx.iov[:0], wire.FinishFPDU(f, 0, c.crc))
+	return append(iov, wire.FinishFPDU(f, 0, c.crc))
 }
 
 // sendResponses sends the queued responses in request order; the transmit
@@ -345,11 +478,11 @@ func (c *conn) response(r *resp) [][]byte {
 // room.
 func (c *conn) sendResponses() error {
 	for {
-		done, seq, err := c.lockTx()
+		err := c.lockTx()
 		if err == nil {
 			r, ok := c.irq.pop()
 			if !ok {
-				c.releaseTx(done, seq)
+				c.releaseTx()
 				return nil
 			}
 			c.tx.iov = c.response(&r)
@@ -357,27 +490,32 @@ func (c *conn) sendResponses() error {
 			c.record(c.tx.iov)
 			err = c.wait()
 		}
-		c.releaseTx(done, seq)
+		c.releaseTx()
 		if err != nil {
 			return err
 		}
 	}
 }
 
-func grow(b []byte, n int) []byte {
-	if cap(b)-len(b) < n {
-		nb := make([]byte, len(b), len(b)+n+256)
-		copy(nb, b)
-		return nb
+// hdrs returns n bytes of the header arena, after those of the messages
+// laid out since the stream was last free (begin). When the arena is full
+// a larger one replaces it: what the messages laid out use stays where it
+// is, referred to by c.tx.iov. c.tx.mu is held.
+func (c *conn) hdrs(n int) []byte {
+	if cap(c.tx.hbuf)-c.tx.hused < n {
+		c.tx.hbuf = make([]byte, max(2*cap(c.tx.hbuf), n+256))
+		c.tx.hused = 0
 	}
+	b := c.tx.hbuf[c.tx.hused : c.tx.hused+n : c.tx.hused+n]
+	c.tx.hused += n
 	return b
 }
 
-// control returns c.tx.hbuf as a control FPDU of n bytes (a request or an
-// Atomic Response) with room for its trailer. c.tx.mu is held.
+// control returns a control FPDU of n bytes (a request or an Atomic
+// Response) from the header arena, with room for its trailer. c.tx.mu is
+// held.
 func (c *conn) control(n int) []byte {
-	c.tx.hbuf = grow(c.tx.hbuf[:0], n+wire.MaxTrailerLen)
-	return c.tx.hbuf[:n]
+	return c.hdrs(n + wire.MaxTrailerLen)[:n]
 }
 
 func (c *conn) nextMSN(qn int) uint32 {
@@ -394,9 +532,10 @@ func (c *conn) payload(w *engine.WQE) ([][]byte, verbs.WCStatus) {
 	return segs, st
 }
 
-// sendRequest sends an RDMA Read Request or an Atomic Request and records it
-// in the ORQ; the response completes it. c.tx.mu is held.
-func (c *conn) sendRequest(w *engine.WQE) engine.Result {
+// sendRequest sends an RDMA Read Request or an Atomic Request, laid out
+// after iov, and records it in the ORQ; the response completes it. c.tx.mu
+// is held.
+func (c *conn) sendRequest(w *engine.WQE, iov [][]byte) engine.Result {
 	wr := &w.WR
 	var st verbs.WCStatus
 	var f wire.AtomicRequestFields
@@ -407,7 +546,7 @@ func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 	case verbs.WRAtomicWrite:
 		src, st := c.payload(w)
 		if st != verbs.WCSuccess {
-			return engine.Fail(st)
+			return c.failKept(st)
 		}
 		var v [8]byte
 		n := 0
@@ -424,7 +563,7 @@ func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 	sink := e.sink[:0]
 	if f.Op == 0 {
 		if sink, st = c.req.Sink(w, sink); st != verbs.WCSuccess {
-			return engine.Fail(st)
+			return c.failKept(st)
 		}
 	}
 	*e = orqEntry{w: w, seq: w.Seq(), sink: sink, size: w.Len}
@@ -450,20 +589,17 @@ func (c *conn) sendRequest(w *engine.WQE) engine.Result {
 		wire.PutAtomicRequest(b, c.nextMSN(wire.QNReadRequest), &f)
 	}
 	b = wire.FinishFPDU(b, 0, c.crc)
-	// The ORQ entry must exist before the response can arrive.
+	// The ORQ entry must exist before the response can arrive. Pending,
+	// even when part of the request is still to go (or kept back): the
+	// response, which cannot come before all of it, completes it.
 	c.orq.push()
-	if err := c.put(append(c.tx.iov[:0], b)); err != nil {
-		return c.sendFailed(err)
-	}
-	// Even when part of the request is still to go: the response, which
-	// cannot come before all of it, completes it.
-	return engine.ResultPending
+	return c.out(append(iov, b), w, false)
 }
 
-// immediate lays out an RFC 7306 Immediate Data message in c.tx.ibuf.
-// c.tx.mu is held.
+// immediate lays out an RFC 7306 Immediate Data message in the header
+// arena. c.tx.mu is held.
 func (c *conn) immediate(imm, flags uint32, se bool) []byte {
-	b := c.tx.ibuf[:wire.ImmediateLen]
+	b := c.control(wire.ImmediateLen)
 	wire.PutImmediate(b, se, c.nextMSN(wire.QNSend), uint64(imm)<<32|uint64(flags))
 	return wire.FinishFPDU(b, 0, c.crc)
 }
@@ -487,10 +623,7 @@ func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h 
 		nf = (n + maxp - 1) / maxp
 	}
 	per := hdrLen + 3 + wire.CRCLen
-	if cap(c.tx.hbuf) < nf*per {
-		c.tx.hbuf = make([]byte, 0, nf*per+256)
-	}
-	hb := c.tx.hbuf[:nf*per]
+	hb := c.hdrs(nf * per)
 	si, so := 0, 0 // position in segs
 	off := 0
 	for f := 0; f < nf; f++ {
