@@ -45,12 +45,14 @@ type txSide struct {
 	wiov    [128]unix.Iovec
 	crc     wire.CRC
 
-	// batching: messages are kept back, laid out in iov[:kept], and the
-	// engine's transmitter holds mu from the Send that kept the first one
-	// to the Send or Flush that writes them. held are the Sends and Writes
-	// among them (they complete once written), keptBytes their payload.
+	// batching: messages are kept back, laid out in iov[:kept] (keptLen
+	// bytes), and the engine's transmitter holds mu from the Send that kept
+	// the first one to the Send or Flush that writes them. held are the
+	// Sends and Writes among them (they complete once written), keptBytes
+	// their payload.
 	batching  bool
 	kept      int
+	keptLen   int
 	keptBytes int
 	held      [batchMax]sentReq
 	nheld     int
@@ -76,12 +78,16 @@ type txSide struct {
 type sentReq struct {
 	w   *engine.WQE
 	seq uint64
+	end int // kept back: where its message ends in the batch's bytes
 }
 
-// How much a batch keeps back at most: its Sends and Writes, and their
-// payload (batching saves a system call per message; a large message saves
-// little). It also stops at half a writev's pieces (wiov).
+// What a batch keeps back: messages of at most batchSmall bytes (batching
+// saves a system call per message, which a large message hardly notices),
+// at most batchMax Sends and Writes and batchBytes of payload, and half a
+// writev's pieces (wiov). A large message goes out at once, with the ones
+// kept before it.
 const (
+	batchSmall = 16 << 10
 	batchMax   = 16
 	batchBytes = 64 << 10
 )
@@ -337,10 +343,14 @@ func (c *conn) begin() [][]byte {
 // batching).
 func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 	c.tx.iov = iov
-	if w != nil && w.More() && c.tx.nheld < batchMax && c.tx.keptBytes+int(w.Len) <= batchBytes && len(iov) <= len(c.tx.wiov)/2 {
+	if w != nil && w.More() && w.Len <= batchSmall && c.tx.nheld < batchMax && c.tx.keptBytes+int(w.Len) <= batchBytes &&
+		len(iov) <= len(c.tx.wiov)/2 {
 		c.tx.keptBytes += int(w.Len)
+		for _, b := range iov[c.tx.kept:] {
+			c.tx.keptLen += len(b)
+		}
 		if comp {
-			c.tx.held[c.tx.nheld] = sentReq{w, w.Seq()}
+			c.tx.held[c.tx.nheld] = sentReq{w, w.Seq(), c.tx.keptLen}
 			c.tx.nheld++
 		}
 		c.tx.kept = len(iov)
@@ -350,7 +360,7 @@ func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 		}
 		return engine.ResultPending
 	}
-	c.tx.batching, c.tx.kept, c.tx.keptBytes = false, 0, 0
+	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.keptLen = false, 0, 0, 0
 	if err := c.put(iov); err != nil {
 		// The connection ends; as on siw, the request whose write failed
 		// completes with LOC_QP_OP_ERR (the first kept back, if any: see
@@ -360,11 +370,25 @@ func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 		return engine.Fail(verbs.WCLocQPOpErr)
 	}
 	if len(c.tx.rest) > 0 {
-		// The kept Sends and Writes, and w, complete once the rest is out.
-		c.tx.restW = append(c.tx.restB[:0], c.tx.held[:c.tx.nheld]...)
-		c.tx.nheld = 0
+		// The kept Sends and Writes already written complete now
+		// (endSend), the others, and w, once the rest is out.
+		k := 0
+		if c.tx.nheld > 0 {
+			written := 0
+			for _, b := range iov {
+				written += len(b)
+			}
+			for _, b := range c.tx.rest {
+				written -= len(b)
+			}
+			for k < c.tx.nheld && c.tx.held[k].end <= written {
+				k++
+			}
+		}
+		c.tx.restW = append(c.tx.restB[:0], c.tx.held[k:c.tx.nheld]...)
+		c.tx.nheld = k
 		if comp {
-			c.tx.restW = append(c.tx.restW, sentReq{w, w.Seq()})
+			c.tx.restW = append(c.tx.restW, sentReq{w: w, seq: w.Seq()})
 		}
 		return engine.ResultPending
 	}
@@ -409,7 +433,7 @@ func (c *conn) endSend() {
 // dropKept forgets the messages kept back, unwritten: the connection is
 // ending, and the QP's flush completes their requests. c.tx.mu is held.
 func (c *conn) dropKept() {
-	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.nheld = false, 0, 0, 0
+	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0, 0
 }
 
 // Flush implements engine.Batcher: it writes the messages kept back when
