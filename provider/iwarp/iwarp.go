@@ -17,7 +17,11 @@
 // gathered write (writev) straight from the registered memory, by the
 // goroutine that posted them. They complete when TCP has taken the bytes
 // (siw's semantics: a completion does not mean the peer has them). RDMA
-// Reads and atomics complete when their response has been placed.
+// Reads and atomics complete when their response has been placed. Small
+// requests queued one behind another (a list posted at once, or requests
+// that waited for a busy stream) share one writev: up to 16 messages of at
+// most 16 KiB each, 64 KiB in all (the engine's Batcher contract); the
+// bytes on the wire are the same.
 //
 // A goroutine per connection reads FPDUs and places their payload straight
 // from the socket into the target memory region: the bytes of a payload
