@@ -12,7 +12,8 @@ func init() {
 
 // testHotPathsAllocateNothing: posting, polling and the transport's work
 // between them (polled mode drives it from Poll) allocate nothing, for
-// SEND/RECV, RDMA WRITE, RDMA READ and a poll of an empty CQ.
+// SEND/RECV, RDMA WRITE, RDMA READ, a list of a WRITE and a SEND (which a
+// transport may write together) and a poll of an empty CQ.
 func testHotPathsAllocateNothing(t *testing.T, f Fixture) {
 	a, b := NewPair(t, f, PairOpts{})
 	send := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)}}}
@@ -20,6 +21,7 @@ func testHotPathsAllocateNothing(t *testing.T, f Fixture) {
 		RemoteAddr: b.MR.RemoteAddr(256), RKey: b.MR.RKey()}}
 	read := []verbs.SendWR{{WRID: 4, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(512, 64)},
 		RemoteAddr: b.MR.RemoteAddr(256), RKey: b.MR.RKey()}}
+	list := []verbs.SendWR{write[0], send[0]}
 	recv := []verbs.RecvWR{{WRID: 3, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}}
 	wc := make([]verbs.WC, 4)
 	var err error
@@ -61,6 +63,17 @@ func testHotPathsAllocateNothing(t *testing.T, f Fixture) {
 		}
 		spin(a.SendCQ, b.RecvCQ)
 	}
+	listPoll := func() {
+		if err == nil {
+			err = b.QP.PostRecv(recv)
+		}
+		if err == nil {
+			err = a.QP.PostSend(list)
+		}
+		spin(a.SendCQ, b.SendCQ)
+		spin(a.SendCQ, b.SendCQ)
+		spin(b.RecvCQ, a.RecvCQ)
+	}
 	emptyPoll := func() {
 		if n, perr := a.RecvCQ.Poll(wc); n != 0 || perr != nil {
 			t.Fatalf("Poll of an empty CQ = %d, %v", n, perr)
@@ -69,7 +82,7 @@ func testHotPathsAllocateNothing(t *testing.T, f Fixture) {
 	for _, c := range []struct {
 		name string
 		f    func()
-	}{{"SendRecvPoll", sendRecv}, {"RDMAWritePoll", writePoll}, {"RDMAReadPoll", readPoll}, {"EmptyPoll", emptyPoll}} {
+	}{{"SendRecvPoll", sendRecv}, {"RDMAWritePoll", writePoll}, {"RDMAReadPoll", readPoll}, {"ListPoll", listPoll}, {"EmptyPoll", emptyPoll}} {
 		for range 20 { // warm up: scratch slices grow to their final size, regions get mapped
 			c.f()
 		}
