@@ -74,6 +74,7 @@ type counters struct {
 	NoQP      atomic.Uint64 // for a QP that does not exist or is not ready
 	Received  atomic.Uint64
 	Sent      atomic.Uint64
+	Writes    atomic.Uint64 // system calls that sent datagrams
 	SendFail  atomic.Uint64 // the socket refused the packet (counted as lost)
 }
 
@@ -82,6 +83,7 @@ type counters struct {
 type Counters struct {
 	Received  uint64 // datagrams read from the socket
 	Sent      uint64 // datagrams the socket took
+	Writes    uint64 // system calls that sent them (a GSO batch is one)
 	SendFail  uint64 // datagrams the socket refused (lost, as on a wire)
 	BadICRC   uint64 // dropped: the ICRC did not check
 	Malformed uint64 // dropped: headers that break the transport's rules
@@ -102,7 +104,7 @@ func DeviceCounters(name string) (Counters, bool) {
 		return Counters{}, false
 	}
 	s := &d.stats
-	return Counters{Received: s.Received.Load(), Sent: s.Sent.Load(), SendFail: s.SendFail.Load(),
+	return Counters{Received: s.Received.Load(), Sent: s.Sent.Load(), Writes: s.Writes.Load(), SendFail: s.SendFail.Load(),
 		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load()}, true
 }
 
@@ -485,6 +487,7 @@ func (d *device) sendWait(pkt []byte, to netip.Addr, sa *sockaddr) {
 		d.stats.SendFail.Add(1)
 		return
 	}
+	d.stats.Writes.Add(1)
 	d.stats.Sent.Add(1)
 }
 
@@ -512,6 +515,9 @@ func (d *device) write(b *batch, pkt []byte) error {
 	s.Lock()
 	err := s.write(b, pkt, &b.sa, b.wait)
 	s.Unlock()
+	if err == nil {
+		d.stats.Writes.Add(1)
+	}
 	return err
 }
 

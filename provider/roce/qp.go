@@ -192,6 +192,17 @@ func (q *qp) Send(w *engine.WQE) engine.Result {
 	return q.s.send(w)
 }
 
+// Flush implements engine.Batcher: the packets a Send left in the batch
+// for the next request go out (the next one could not be sent after all).
+func (q *qp) Flush() {
+	if q.typ == verbs.QPTUD {
+		return // a UD post is sent at once
+	}
+	q.mu.Lock()
+	q.s.transmit()
+	q.mu.Unlock()
+}
+
 // receive handles a packet for this QP (the device holds its receive lock).
 func (q *qp) receive(p *ib.Packet, from netip.AddrPort, ho *engine.Handoff) {
 	if q.typ == verbs.QPTUD {

@@ -157,7 +157,10 @@ func kindOf(op verbs.WROpcode) int {
 }
 
 // send is Send for an RC QP: the request joins the queue and goes out as
-// far as the window allows; it completes when acknowledged (Pending).
+// far as the window allows; it completes when acknowledged (Pending). When
+// another request follows (w.More), its packets stay in the batch for the
+// next one's (engine.Batcher): a list of small requests of one size leaves
+// in one GSO system call.
 func (s *sendState) send(w *engine.WQE) engine.Result {
 	q := s.q
 	if q.dead.Load() {
@@ -186,7 +189,11 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 	}
 	s.plan(e)
 	s.n++
-	s.transmit()
+	if w.More() {
+		s.fill()
+	} else {
+		s.transmit()
+	}
 	q.mu.Unlock()
 	return engine.ResultPending
 }
