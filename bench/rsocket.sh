@@ -11,8 +11,9 @@
 # against gRPC over a Unix socket. Both ends of each connection are in one
 # process. Every round runs every pair back to back (interleaved), each
 # cell is the median of the rounds and each ratio is taken between medians
-# of this run: the machine drifts too much for figures of different runs
-# to be compared.
+# of this run (the last column: the median of each round's ratio, its two
+# runs back to back): the machine drifts too much for figures of different
+# runs to be compared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -45,12 +46,26 @@ done
 python3 - "$raw" >"$OUT/table.txt" <<'PY'
 import sys, statistics, collections
 cells = collections.defaultdict(list)
+rounds = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     r, name, ns, mbs = line.rstrip("\n").split("\t")
     cells[name].append((float(ns), float(mbs) if mbs else 0.0))
+    rounds[name][r] = (float(ns), float(mbs) if mbs else 0.0)
 med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v), len(v)) for k, v in cells.items()}
 pairs = [("rsocket-shm", "unix"), ("rsocket-iwarp", "tcp")]
-print("%-34s %12s %12s %12s %12s %8s" % ("benchmark/size", "goverbs", "kernel", "goverbs", "kernel", "ratio"))
+def per_round(ka, kb, unit):
+    """The median of the ratios of each round (both run back to back)."""
+    rs = []
+    for r, a in rounds[ka].items():
+        b = rounds[kb].get(r)
+        if b is None:
+            continue
+        if unit == "MB/s":
+            rs.append(a[1] / b[1] if b[1] else 0)
+        else:
+            rs.append(b[0] / a[0] if a[0] else 0)
+    return statistics.median(rs) if rs else 0
+print("%-34s %12s %12s %12s %12s %8s %9s" % ("benchmark/size", "goverbs", "kernel", "goverbs", "kernel", "ratio", "per-round"))
 for kind, unit in (("BenchmarkPingPong", "us RTT"), ("BenchmarkStream", "MB/s"), ("gRPCBenchmarkUnary", "us/call"), ("gRPCBenchmarkStream", "MB/s")):
     print("-- %s (%s; ratio = how many times better goverbs is)" % (kind.replace("Benchmark", " "), unit))
     for a, b in pairs:
@@ -64,7 +79,7 @@ for kind, unit in (("BenchmarkPingPong", "us RTT"), ("BenchmarkStream", "MB/s"),
             else:
                 va, vb = med[ka][0] / 1000, med[kb][0] / 1000
                 ratio = vb / va if va else 0
-            print("%-34s %12.2f %12.2f %12s %12s %8.2fx" % ("%s/%s" % (a + "~" + b, size), va, vb, a, b, ratio))
+            print("%-34s %12.2f %12.2f %12s %12s %8.2fx %8.2fx" % ("%s/%s" % (a + "~" + b, size), va, vb, a, b, ratio, per_round(ka, kb, unit)))
 PY
 cat "$OUT/table.txt"
 echo "raw measurements: $raw" >&2
