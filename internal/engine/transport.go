@@ -98,10 +98,12 @@ type DirectSender interface {
 // to send right after w; it may then lay w's message out and keep it back,
 // to be written with the next one's, and return Pending (the transport
 // completes w once it is written). The engine's next call is Send for the
-// next request or, when that cannot go after all (the queue stalled, the
-// QP left RTS meanwhile), Flush, which writes what was kept back; both come
-// from the goroutine of the Send before, with the QP unlocked. A Send that
-// keeps a message back may keep whatever serialises its wire until then.
+// next request, which writes what was kept back whatever becomes of its own
+// request (one that fails its checks included), or, when that cannot go
+// after all (the queue stalled, the QP left RTS meanwhile), Flush, which
+// writes it; both come from the goroutine of the Send before, with the QP
+// unlocked. A Send that keeps a message back may keep whatever serialises
+// its wire until then.
 type Batcher interface {
 	Flush()
 }

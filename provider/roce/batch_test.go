@@ -3,6 +3,7 @@ package roce_test
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/roce"
@@ -33,5 +34,32 @@ func TestListOneSystemCall(t *testing.T) {
 	}
 	if !bytes.Equal(y.Buf[4096:4096+8*64], x.Buf[:8*64]) {
 		t.Fatal("data differs")
+	}
+}
+
+// A request that fails its checks does not strand the packets that the
+// requests before it left in the batch: they still go out.
+func TestListBadKeyAfterKept(t *testing.T) {
+	x, y := benchPair(t, 64<<10)
+	conformance.Fill(x.Buf[:64], 32)
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 64)},
+			RemoteAddr: y.MR.RemoteAddr(8192), RKey: y.MR.RKey()},
+		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{{Addr: x.MR.SGE(0, 64).Addr, Length: 64, LKey: x.MR.LKey() ^ 0x5a5a00}},
+			RemoteAddr: y.MR.RemoteAddr(8192), RKey: y.MR.RKey()},
+	}
+	x.MustPostSend(t, wrs...)
+	wcs := conformance.PollN(t, x.SendCQ, 2)
+	// The first was sent but not yet acknowledged when the second failed:
+	// the QP's error flushes it (as rxe's completer would).
+	if wcs[0].WRID != 1 || (wcs[0].Status != verbs.WCWRFlushErr && wcs[0].Status != verbs.WCSuccess) ||
+		wcs[1].WRID != 2 || wcs[1].Status != verbs.WCLocProtErr {
+		t.Fatalf("completions %+v", wcs)
+	}
+	for deadline := time.Now().Add(conformance.WaitTimeout); !bytes.Equal(y.Buf[8192:8192+64], x.Buf[:64]); {
+		if time.Now().After(deadline) {
+			t.Fatal("the WRITE before the failed one never arrived")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

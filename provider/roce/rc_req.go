@@ -173,19 +173,17 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 	}
 	e := s.at(s.n)
 	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}
+	st := verbs.WCSuccess
 	if e.kind == kRead || e.kind == kAtomic {
-		var st verbs.WCStatus
-		if e.sink, st = q.req.Sink(w, e.sink); st != verbs.WCSuccess {
-			q.mu.Unlock()
-			return engine.Fail(st)
-		}
+		e.sink, st = q.req.Sink(w, e.sink)
 	}
-	if e.kind == kSend || e.kind == kWrite || e.kind == kAtomicWrite {
-		var st verbs.WCStatus
-		if s.segs, st = q.req.Payload(w, s.segs[:0]); st != verbs.WCSuccess {
-			q.mu.Unlock()
-			return engine.Fail(st)
-		}
+	if st == verbs.WCSuccess && (e.kind == kSend || e.kind == kWrite || e.kind == kAtomicWrite) {
+		s.segs, st = q.req.Payload(w, s.segs[:0])
+	}
+	if st != verbs.WCSuccess {
+		s.transmit() // what earlier requests left in the batch goes first
+		q.mu.Unlock()
+		return engine.Fail(st)
 	}
 	s.plan(e)
 	s.n++
