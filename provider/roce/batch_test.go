@@ -3,7 +3,6 @@ package roce_test
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/roce"
@@ -42,9 +41,10 @@ func TestListOneSystemCall(t *testing.T) {
 func TestListBadKeyAfterKept(t *testing.T) {
 	x, y := benchPair(t, 64<<10)
 	conformance.Fill(x.Buf[:64], 32)
+	y.MustPostRecv(t, y.Recv(7, 0, 0))
 	wrs := []verbs.SendWR{
-		{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 64)},
-			RemoteAddr: y.MR.RemoteAddr(8192), RKey: y.MR.RKey()},
+		{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 64)},
+			RemoteAddr: y.MR.RemoteAddr(8192), RKey: y.MR.RKey(), ImmData: 5},
 		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{{Addr: x.MR.SGE(0, 64).Addr, Length: 64, LKey: x.MR.LKey() ^ 0x5a5a00}},
 			RemoteAddr: y.MR.RemoteAddr(8192), RKey: y.MR.RKey()},
 	}
@@ -56,10 +56,9 @@ func TestListBadKeyAfterKept(t *testing.T) {
 		wcs[1].WRID != 2 || wcs[1].Status != verbs.WCLocProtErr {
 		t.Fatalf("completions %+v", wcs)
 	}
-	for deadline := time.Now().Add(conformance.WaitTimeout); !bytes.Equal(y.Buf[8192:8192+64], x.Buf[:64]); {
-		if time.Now().After(deadline) {
-			t.Fatal("the WRITE before the failed one never arrived")
-		}
-		time.Sleep(time.Millisecond)
+	// Its immediate's completion says it arrived (and orders the check).
+	conformance.ExpectWC(t, conformance.Poll1(t, y.RecvCQ), 7, verbs.WCSuccess, verbs.WCRecvRDMAWithImm)
+	if !bytes.Equal(y.Buf[8192:8192+64], x.Buf[:64]) {
+		t.Fatal("the WRITE before the failed one did not arrive whole")
 	}
 }
