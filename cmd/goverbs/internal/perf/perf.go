@@ -822,6 +822,51 @@ func warmUp(ctx context.Context, c *Config, ks []*bwQP) error {
 	return nil
 }
 
+// lookBytes is how many bytes bandwidth posts between its looks at the
+// clock.
+const lookBytes = 1 << 20
+
+// postEach is bandwidth's loop for one request per PostSend without
+// credits (perftest's default): while the run goes on, it posts up to
+// depth requests ahead of the completions, every mod-th signaled (and the
+// run's last). Its locals stay in registers and on the stack, where the
+// general loop's list bookkeeping and closure reloaded them around every
+// PostSend (a sixth of an 8-byte WRITE's instructions); what the run
+// still owes once it stops (the last signaled request of a timed run) is
+// the general loop's.
+func (k *bwQP) postEach(c *Config, depth, mod int, timed bool, stop *bool, moved *int, look func() error) error {
+	end := k.done + depth
+	if !timed {
+		end = min(end, c.Iters)
+	}
+	wr, w := k.wr[:1], &k.wr[0]
+	p, unsig, size, iters := k.posted, k.unsig, c.Size, c.Iters
+	sig := k.lastSig
+	for p < end && !*stop {
+		unsig++
+		sig = unsig >= mod || !timed && p+1 == iters
+		f := w.Flags &^ verbs.SendSignaled
+		if sig {
+			unsig = 0
+			f |= verbs.SendSignaled
+		}
+		w.WRID, w.Flags = uint64(p), f
+		if err := k.qp.PostSend(wr); err != nil {
+			k.posted, k.unsig, k.lastSig = p, unsig, sig
+			return err
+		}
+		p++
+		if *moved += size; *moved >= lookBytes {
+			k.posted, k.unsig, k.lastSig = p, unsig, sig
+			if err := look(); err != nil {
+				return err
+			}
+		}
+	}
+	k.posted, k.unsig, k.lastSig = p, unsig, sig
+	return nil
+}
+
 // deadlineClock is what a timed run's deadline is checked against (a test
 // replaces it to see when the deadline is checked).
 var deadlineClock = time.Now
@@ -847,7 +892,6 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 	// read: one round can move a whole send queue of large messages, and
 	// at 8 MiB 256 rounds took over a minute. Reading it every round would
 	// cost small messages their rate.
-	const lookBytes = 1 << 20
 	moved := 0
 	look := func() error {
 		moved = 0
@@ -873,6 +917,11 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 				depth = min(depth, k.depth)
 			}
 			mod := max(1, min(c.CQMod, depth))
+			if len(k.wr) == 1 && k.credit == nil {
+				if err := k.postEach(c, depth, mod, timed, &stop, &moved, look); err != nil {
+					return res, err
+				}
+			}
 			for k.posted-k.done < depth && (mayPost(k) || !k.lastSig && k.posted > k.done) {
 				// A list of up to PostList requests, each as if posted
 				// alone.
