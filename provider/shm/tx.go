@@ -31,6 +31,7 @@ type sender struct {
 	dLive   verbs.AccessFlags
 	dWin    uint64
 	dOpen   bool
+	words   winWords
 	stallAt atomic.Uint64
 	stalled atomic.Bool // Send stalled for ring space or ordering
 	// pokeOwed: SendDirect published records the peer asked to be poked for.
@@ -40,6 +41,19 @@ type sender struct {
 	// peer, SENDs by reference, SENDs SendDirect put in the ring (also in
 	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect).
 	nDirect, nRing, nRef, nPosted, nPostedOneSided uint64
+}
+
+// winWords are the segments' words that every window of OneSided reads
+// or writes, resolved once: through the segments, each was a bounds check
+// and three loads (a tenth of an 8-byte WRITE's instructions for the
+// five). A segment stays mapped memory once retired (its words then read
+// as zeros), so they stay valid for the connection's life.
+type winWords struct {
+	win    *uint64 // ours: offDirect
+	state  *uint32 // the peer's: offState, offNakPos, offAccess, offIRD
+	nak    *uint64
+	access *uint32
+	ird    *uint32
 }
 
 // txState is how far Send got with a request it had to stall.
@@ -189,8 +203,9 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 		// r.contains and r.at, the offset computed once.
 		if off := addr - r.base; addr >= r.base && off <= uint64(len(r.mem)) && uint64(n) <= uint64(len(r.mem))-off &&
 			(c.out.dLive&need == need ||
-				!c.closing.Load() && !c.peerStopped() && verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need == need &&
-					(need == verbs.AccessRemoteWrite || atomic.LoadUint32(c.peer.U32(offIRD)) != 0) &&
+				!c.closing.Load() && atomic.LoadUint32(c.out.words.state) != stateErr && atomic.LoadUint64(c.out.words.nak) == 0 &&
+					verbs.AccessFlags(atomic.LoadUint32(c.out.words.access))&need == need &&
+					(need == verbs.AccessRemoteWrite || atomic.LoadUint32(c.out.words.ird) != 0) &&
 					c.out.ring.Tail == c.out.ring.Head && r.exported() && r.refs.Load()&remDead == 0) {
 			c.out.dLive |= need
 			dst = r.mem[off : off+uint64(n) : off+uint64(n)]
@@ -218,7 +233,7 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 		c.out.dOpen = false
 		c.out.dWin++
 		ring.RaceRelease()
-		atomicx.Release64(c.mine.U64(offDirect), c.out.dWin)
+		atomicx.Release64(c.out.words.win, c.out.dWin)
 	}
 	return dst != nil
 }
@@ -258,7 +273,7 @@ func (c *conn) directAt(rkey uint32, addr uint64, n uint32, need verbs.AccessFla
 // after the peer can see it.
 func (c *conn) openWindow() {
 	c.out.dWin++
-	atomic.StoreUint64(c.mine.U64(offDirect), c.out.dWin)
+	atomic.StoreUint64(c.out.words.win, c.out.dWin)
 	c.out.dOpen = true
 }
 
