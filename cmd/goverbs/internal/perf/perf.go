@@ -836,35 +836,51 @@ const lookBytes = 1 << 20
 // the general loop's.
 func (k *bwQP) postEach(c *Config, depth, mod int, timed bool, stop *bool, moved *int, look func() error) error {
 	end := k.done + depth
+	last := -1 // the run's last request: signaled
 	if !timed {
 		end = min(end, c.Iters)
+		last = c.Iters - 1
 	}
-	wr, w := k.wr[:1], &k.wr[0]
-	p, unsig, size, iters := k.posted, k.unsig, c.Size, c.Iters
+	// sigAt is the next request to signal: a count, not p%mod (a division
+	// per request was a twentieth of an 8-byte WRITE's cost).
+	p := k.posted
+	sigAt := p + max(mod-k.unsig-1, 0)
+	if last >= p {
+		sigAt = min(sigAt, last)
+	}
+	qp, wr := k.qp, (*[1]verbs.SendWR)(k.wr)
+	flags := wr[0].Flags &^ verbs.SendSignaled
 	sig := k.lastSig
 	for p < end && !*stop {
-		unsig++
-		sig = unsig >= mod || !timed && p+1 == iters
-		f := w.Flags &^ verbs.SendSignaled
-		if sig {
-			unsig = 0
-			f |= verbs.SendSignaled
+		wr[0].WRID, wr[0].Flags = uint64(p), flags
+		if sig = p == sigAt; sig {
+			wr[0].Flags = flags | verbs.SendSignaled
+			sigAt = p + mod
+			if last >= p {
+				sigAt = min(sigAt, last)
+			}
 		}
-		w.WRID, w.Flags = uint64(p), f
-		if err := k.qp.PostSend(wr); err != nil {
-			k.posted, k.unsig, k.lastSig = p, unsig, sig
+		if err := qp.PostSend(wr[:]); err != nil {
+			k.setPosted(p, sigAt, mod, sig)
 			return err
 		}
 		p++
-		if *moved += size; *moved >= lookBytes {
-			k.posted, k.unsig, k.lastSig = p, unsig, sig
+		if *moved += c.Size; *moved >= lookBytes {
+			k.setPosted(p, sigAt, mod, sig)
 			if err := look(); err != nil {
 				return err
 			}
 		}
 	}
-	k.posted, k.unsig, k.lastSig = p, unsig, sig
+	k.setPosted(p, sigAt, mod, sig)
 	return nil
+}
+
+// setPosted records postEach's progress: p requests posted, the next
+// signaled one sigAt (as the count of unsignaled ones the general loop
+// keeps), the last one signaled or not.
+func (k *bwQP) setPosted(p, sigAt, mod int, sig bool) {
+	k.posted, k.unsig, k.lastSig = p, max(mod-1-(sigAt-p), 0), sig
 }
 
 // deadlineClock is what a timed run's deadline is checked against (a test
