@@ -44,7 +44,7 @@ type QP struct {
 	oneOps uint32
 	maxMsg uint32
 
-	mu    sync.Mutex
+	mu    qpLock
 	state verbs.QPState
 	attr  verbs.QPAttr
 	sq    sendQueue
@@ -111,6 +111,7 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
 	n := pow2(c.MaxSendWR)
 	q.sq = sendQueue{ring: make([]WQE, n), mask: uint64(n - 1)}
 	q.oneOps, q.maxMsg = oneOps(attr.QPType, c, &a), dev.cfg.Port.MaxMsgSz
+	q.mu.td = v != nil && v.PD() != nil && v.PD().TD() != nil
 	for i := range q.sq.ring {
 		q.sq.ring[i].sge = make([]verbs.SGE, 0, c.MaxSendSGE)
 		if c.MaxInlineData > 0 {

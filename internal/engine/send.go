@@ -59,6 +59,14 @@ var opClass = [16]uint16{
 // after the other under one hold of the lock (postDirect), until one
 // cannot; that one and the rest are queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	// A thread domain's poster tries postOne without the lock (qpLock).
+	if q.mu.td && len(wrs) == 1 {
+		ok := q.mu.enter() && q.postOne(&wrs[0])
+		q.mu.leave()
+		if ok {
+			return nil
+		}
+	}
 	q.mu.Lock()
 	if len(wrs) == 1 && q.postOne(&wrs[0]) {
 		q.mu.Unlock()
@@ -299,7 +307,8 @@ func resetWQE(w *WQE, wr *verbs.SendWR, n uint64) {
 // once (DirectSender.OneSided) on an idle queue. It reports whether the
 // request was posted and is complete; otherwise nothing changed, and
 // PostSend's general path takes it. Kept apart from the list's loop so
-// that the request pays for none of the list's bookkeeping; q.mu is held.
+// that the request pays for none of the list's bookkeeping; q.mu is held,
+// or a thread domain's poster is inside its section (qpLock.enter).
 //
 // It makes check's checks itself, those that cannot fail for such a
 // request answered once at the QP's creation (oneOps): check's call, its
