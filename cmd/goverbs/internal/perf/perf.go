@@ -190,6 +190,11 @@ type side struct {
 	mem *verbs.Buffer
 	buf []byte
 	mr  *verbs.MR
+	// The client's QP is created in a thread domain (td), through the
+	// parent domain pd: one goroutine posts to it, so a provider may post
+	// without the QP's lock.
+	pd *verbs.PD
+	td *verbs.TD
 	// the peer's buffer
 	raddr uint64
 	rkey  uint32
@@ -237,6 +242,26 @@ func qpAttr(c *Config) *verbs.QPInitAttr {
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
 }
 
+// threadDomain gives the client's side a thread domain and the parent
+// domain to create its QP through: every test posts to a client QP from
+// one goroutine (a bandwidth test round-robins its QPs from one).
+func (s *side) threadDomain() error {
+	ctx, pd := s.id.Context(), s.id.PD()
+	if ctx == nil || pd == nil {
+		return nil // the identifier has no device yet: no thread domain
+	}
+	td, err := ctx.AllocTD()
+	if err != nil {
+		return err
+	}
+	if s.pd, err = ctx.AllocParentDomain(verbs.ParentDomainAttr{PD: pd, TD: td}); err != nil {
+		td.Dealloc()
+		return err
+	}
+	s.td = td
+	return nil
+}
+
 func (s *side) register(c *Config) error {
 	n := markSize(c.Size) * 2
 	// Memory outside the Go heap, as RDMA applications register it; over
@@ -252,6 +277,10 @@ func (s *side) register(c *Config) error {
 
 func (s *side) close() {
 	s.id.Close()
+	if s.pd != nil {
+		s.pd.Dealloc()
+		s.td.Dealloc()
+	}
 	if s.mr != nil {
 		s.mr.Dereg()
 	}
@@ -414,7 +443,10 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		}
 		s := &side{id: id}
 		ss = append(ss, s)
-		if err := id.CreateQP(nil, *qpAttr(&c)); err != nil {
+		if err := s.threadDomain(); err != nil {
+			return Result{}, err
+		}
+		if err := id.CreateQP(s.pd, *qpAttr(&c)); err != nil {
 			return Result{}, err
 		}
 		if err := s.register(&c); err != nil {
