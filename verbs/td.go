@@ -17,8 +17,11 @@ import (
 // (completions, Modify, Destroy, a connection's teardown), so polling
 // its CQs, modifying or destroying it from other goroutines stays safe.
 // Posting to such a QP from two goroutines at once breaks the promise: a
-// data race, as in rdma-core. A provider may also ignore the thread
-// domain (rdmacore does: it is a hint, never a change of meaning).
+// data race, as in rdma-core. The handshake makes the lock's other uses
+// (other posts, completions) a little dearer: a thread domain is for QPs
+// that mostly post RDMA WRITEs and READs one at a time. A provider may
+// also ignore the thread domain (rdmacore does: it is a hint, never a
+// change of meaning).
 type TD struct {
 	ctx  *Context
 	refs atomic.Int32 // parent domains that name it

@@ -22,7 +22,9 @@ import (
 // other: the poster backs off and takes the lock, or the holder waits for
 // the poster's short section (no more than a PostSend's copy) to end. The
 // section never takes the lock: with its poster inside, that would wait
-// for ever. Other QPs pay one test of td per Lock and Unlock.
+// for ever. Other QPs pay one test of td per Lock and Unlock, and a
+// call: with it, Lock and Unlock are too big to be inlined (some twelve
+// instructions a lock's hold; a send_lat round trip takes a few holds).
 type qpLock struct {
 	mu sync.Mutex
 	td bool // a thread domain's QP: set at creation

@@ -59,8 +59,9 @@ var opClass = [16]uint16{
 // after the other under one hold of the lock (postDirect), until one
 // cannot; that one and the rest are queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
-	// A thread domain's poster tries postOne without the lock (qpLock).
-	if q.mu.td && len(wrs) == 1 {
+	// A thread domain's poster tries postOne without the lock (qpLock),
+	// for a request it may take.
+	if q.mu.td && len(wrs) == 1 && q.oneOps&(1<<(wrs[0].Opcode&31)) != 0 {
 		ok := q.mu.enter() && q.postOne(&wrs[0])
 		q.mu.leave()
 		if ok {
