@@ -208,3 +208,46 @@ func ExampleSetTracer() {
 	// level=DEBUG msg="rdma completion" wr_id=1 status=IBV_WC_SUCCESS opcode=RECV byte_len=8
 	// level=DEBUG msg="rdma completion" wr_id=2 status=IBV_WC_SUCCESS opcode=SEND byte_len=0
 }
+
+// Post from one goroutine without the QP's lock: a QP created through a
+// parent domain with a thread domain (ibv_alloc_td,
+// ibv_alloc_parent_domain) promises a single poster, and the pure-Go
+// providers then post an RDMA WRITE or READ posted alone without taking
+// the lock. Regions of the PD work with the parent domain's QPs.
+func ExampleContext_AllocTD() {
+	ctx, _ := verbs.OpenDevice(loop.DeviceName)
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	td, err := ctx.AllocTD()
+	if err != nil {
+		panic(err)
+	}
+	parent, err := ctx.AllocParentDomain(verbs.ParentDomainAttr{PD: pd, TD: td})
+	if err != nil {
+		panic(err)
+	}
+	cq, _ := ctx.CreateCQ(64, nil)
+	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	a, _ := parent.CreateQP(attr) // in the thread domain: one goroutine posts to it
+	b, _ := pd.CreateQP(attr)
+	if err := loop.Connect(a, b); err != nil {
+		panic(err)
+	}
+
+	local, _ := pd.RegMR([]byte("lock-free"), verbs.AccessLocalWrite)
+	remote, _ := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	a.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{local.SGE(0, 9)}, RemoteAddr: remote.RemoteAddr(0), RKey: remote.RKey()}})
+	var wc [1]verbs.WC
+	for n, _ := cq.Poll(wc[:]); n == 0; n, _ = cq.Poll(wc[:]) {
+	}
+	fmt.Println(wc[0].Status, string(remote.Bytes()[:9]), parent.TD() == td)
+
+	// Freed in order: the QP, the parent domain, then its PD and TD.
+	a.Destroy()
+	fmt.Println(parent.Dealloc(), td.Dealloc())
+	// Output:
+	// success lock-free true
+	// <nil> <nil>
+}

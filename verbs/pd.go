@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"sync/atomic"
 )
 
 // PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
@@ -9,14 +10,27 @@ import (
 type PD struct {
 	ctx *Context
 	d   pdDriver
+	// A parent domain's (AllocParentDomain): the PD it stands for, its
+	// thread domain, its live QPs, and whether it was freed.
+	base *PD
+	td   *TD
+	qps  atomic.Int32
+	dead atomic.Bool
 }
 
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
 
 // Dealloc frees the PD (ibv_dealloc_pd). It returns ErrBusy while regions,
-// queue pairs, SRQs or address handles still use it.
-func (pd *PD) Dealloc() error { return pd.d.Dealloc() }
+// queue pairs, SRQs or address handles still use it. A parent domain
+// (AllocParentDomain) returns ErrBusy while QPs created through it
+// remain; the PD it stands for stays.
+func (pd *PD) Dealloc() error {
+	if pd.base != nil {
+		return pd.deallocParent()
+	}
+	return pd.d.Dealloc()
+}
 
 // RegMR registers buf with the given access rights (ibv_reg_mr) and returns
 // the region with its keys. The region keeps buf alive; buf must not be
@@ -75,10 +89,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if c := attr.Cap; c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
 		return nil, fmt.Errorf("%w: negative capability %+v", ErrInvalid, c)
 	}
+	if pd.dead.Load() {
+		return nil, ErrClosed // a freed parent domain
+	}
 	qp := &QP{pd: pd, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.QPType, user: attr.UserData}
 	d, err := pd.d.CreateQP(qp, &attr)
 	if err != nil {
 		return nil, err
+	}
+	if pd.base != nil {
+		pd.qps.Add(1)
 	}
 	qp.d = d
 	qp.num = d.Num()

@@ -121,7 +121,13 @@ func (qp *QP) State() QPState {
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
 // discarded without completions.
-func (qp *QP) Destroy() error { return qp.d.Destroy() }
+func (qp *QP) Destroy() error {
+	err := qp.d.Destroy()
+	if err == nil && qp.pd.base != nil {
+		qp.pd.qps.Add(-1)
+	}
+	return err
+}
 
 // SRQ is a shared receive queue (struct ibv_srq): receive buffers that any
 // QP created with it consumes, in posting order.

@@ -132,6 +132,10 @@ type Side struct {
 	Buf    []byte
 	MR     *verbs.MR
 	SRQ    *verbs.SRQ // with PairOpts.SRQ
+	// With PairOpts.TD: the parent domain the QP was created through,
+	// and its thread domain.
+	Parent *verbs.PD
+	TD     *verbs.TD
 }
 
 // PairOpts shapes a pair made by NewPair.
@@ -146,6 +150,9 @@ type PairOpts struct {
 	SRQ       bool              // give each side an SRQ (Side.QP.SRQ())
 	// Alloc provides the sides' buffers; nil: the fixture's Allocator, or the Go heap.
 	Alloc func(t testing.TB, n int) []byte
+	// TD creates each side's QP in a thread domain of its own, through
+	// a parent domain (Side.Parent, Side.TD).
+	TD bool
 }
 
 // ActivateUD moves a UD QP from RESET to RTS with Q_Key qkey on port 1:
@@ -186,7 +193,17 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 		ia.SRQ = srq
 		s.SRQ = srq
 	}
-	if s.QP, err = s.PD.CreateQP(ia); err != nil {
+	qpd := s.PD
+	if o.TD {
+		if s.TD, err = ctx.AllocTD(); err != nil {
+			t.Fatalf("AllocTD: %v", err)
+		}
+		if s.Parent, err = ctx.AllocParentDomain(verbs.ParentDomainAttr{PD: s.PD, TD: s.TD}); err != nil {
+			t.Fatalf("AllocParentDomain: %v", err)
+		}
+		qpd = s.Parent
+	}
+	if s.QP, err = qpd.CreateQP(ia); err != nil {
 		t.Fatalf("CreateQP: %v", err)
 	}
 	size := o.BufSize
@@ -216,6 +233,10 @@ func NewSide(t testing.TB, ctx *verbs.Context, typ verbs.QPType, o PairOpts) *Si
 func (s *Side) Close() {
 	if s.QP != nil {
 		s.QP.Destroy()
+	}
+	if s.Parent != nil {
+		s.Parent.Dealloc()
+		s.TD.Dealloc()
 	}
 	if s.SRQ != nil {
 		s.SRQ.Destroy()

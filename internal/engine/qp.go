@@ -37,8 +37,15 @@ type QP struct {
 	// The regions the SGEs of postDirect and fillWQE (under mu) and of
 	// deliverRecv (under rqMu) last resolved to (Device.resolveCached).
 	sendMR, recvMR *MR
+	// oneOps and maxMsg are what check would find of a request postOne
+	// takes that does not change: the opcodes (as 1<<op) that the QP's
+	// type and capabilities allow with one segment (RC, max_send_wr and
+	// max_send_sge at least 1, max_sge_rd for a READ), and the port's
+	// largest message.
+	oneOps uint32
+	maxMsg uint32
 
-	mu    sync.Mutex
+	mu    qpLock
 	state verbs.QPState
 	attr  verbs.QPAttr
 	sq    sendQueue
@@ -104,6 +111,8 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
 	q := &QP{v: v, ctx: pd.ctx, pd: pd, dev: dev, typ: attr.QPType, scq: scq, rcq: rcq, srq: srq, cap: c, sigAll: attr.SQSigAll}
 	n := pow2(c.MaxSendWR)
 	q.sq = sendQueue{ring: make([]WQE, n), mask: uint64(n - 1)}
+	q.oneOps, q.maxMsg = oneOps(attr.QPType, c, &a), dev.cfg.Port.MaxMsgSz
+	q.mu.td = v != nil && v.PD() != nil && v.PD().TD() != nil
 	for i := range q.sq.ring {
 		q.sq.ring[i].sge = make([]verbs.SGE, 0, c.MaxSendSGE)
 		if c.MaxInlineData > 0 {
@@ -135,6 +144,19 @@ func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
 		srq.attach(q)
 	}
 	return q, nil
+}
+
+// oneOps is QP.oneOps for a QP of type typ with capabilities c on a
+// device with attributes a.
+func oneOps(typ verbs.QPType, c verbs.QPCap, a *verbs.DeviceAttr) uint32 {
+	if typ != verbs.QPTRC || c.MaxSendWR < 1 || c.MaxSendSGE < 1 {
+		return 0
+	}
+	ops := uint32(1) << verbs.WRRDMAWrite
+	if a.MaxSGERd >= 1 {
+		ops |= 1 << verbs.WRRDMARead
+	}
+	return ops
 }
 
 // Num implements driver.QP.

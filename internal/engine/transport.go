@@ -51,7 +51,9 @@ type Progressor interface {
 
 // DirectSender is a Transport that can also put a request out while
 // PostSend holds the QP's lock, straight from the caller's work request,
-// when the send queue is idle. Such a request skips the hand-over to the
+// when the send queue is idle. (On a QP of a thread domain, OneSided may
+// instead come from the poster's section, which excludes the lock's
+// holders as the lock does: nothing else about it changes.) Such a request skips the hand-over to the
 // transmitter (a second round trip on the lock, the transmitter's
 // bookkeeping), and its WQE is filled after it went out: on a shared-memory
 // ring this took about a tenth off an 8-byte message's latency.

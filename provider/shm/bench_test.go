@@ -10,9 +10,14 @@ import (
 )
 
 func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
+	return benchPairTD(b, size, false)
+}
+
+// benchPairTD is benchPair with the QPs in thread domains when td.
+func benchPairTD(b testing.TB, size int, td bool) (x, y *conformance.Side) {
 	b.Helper()
 	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64},
-		CQE: 1024, Alloc: directFixture{}.Buffer}
+		CQE: 1024, Alloc: directFixture{}.Buffer, TD: td}
 	x = conformance.NewSide(b, open(b), verbs.QPTRC, o)
 	y = conformance.NewSide(b, open(b), verbs.QPTRC, o)
 	for _, q := range []*verbs.QP{x.QP, y.QP} {
@@ -87,16 +92,25 @@ func BenchmarkSendRecvOneGoroutine(b *testing.B) {
 // BenchmarkRDMAWriteRate measures the RDMA WRITE message rate the way
 // `goverbs perf write_bw` drives it: up to 128 requests in flight, every
 // 100th signaled (perftest's cq_mod), the send CQ polled between bursts,
-// one PostSend per request (list=1) or lists of requests. ns/op is one
-// message.
+// one PostSend per request (list=1) or lists of requests; td=1 creates
+// the QPs in thread domains (verbs.TD). ns/op is one message.
 func BenchmarkRDMAWriteRate(b *testing.B) {
 	for _, size := range []int{8, 4096} {
 		for _, list := range []int{1, 16} {
-			b.Run(fmt.Sprintf("size=%d/list=%d", size, list), func(b *testing.B) {
-				x, y := benchPair(b, size)
-				b.SetBytes(int64(size))
-				conformance.WriteRate(b, x, y, size, list, 128, 100)
-			})
+			for _, td := range []bool{false, true} {
+				if td && list != 1 {
+					continue // a list takes the lock
+				}
+				name := fmt.Sprintf("size=%d/list=%d", size, list)
+				if td {
+					name += "/td=1"
+				}
+				b.Run(name, func(b *testing.B) {
+					x, y := benchPairTD(b, size, td)
+					b.SetBytes(int64(size))
+					conformance.WriteRate(b, x, y, size, list, 128, 100)
+				})
+			}
 		}
 	}
 }

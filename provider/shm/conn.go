@@ -71,6 +71,8 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 	c.in.resp.Init(&mine.Segment, ctlResp, l.respOff(), l.respSize, mine.key(ctlResp))
 	c.out.ring.Init(&peer.Segment, ctlReq, l.reqOff(), l.reqSize, peer.key(ctlReq))
 	c.in.respOut.Init(&peer.Segment, ctlResp, l.respOff(), l.respSize, peer.key(ctlResp))
+	c.out.words = winWords{win: mine.U64(offDirect), state: peer.U32(offState), nak: peer.U64(offNakPos),
+		access: peer.U32(offAccess), ird: peer.U32(offIRD)}
 	// Until the application polls, ask to be poked.
 	atomic.StoreUint32(c.in.req.C.Sleep, 1)
 	atomic.StoreUint32(c.in.resp.C.Sleep, 1)

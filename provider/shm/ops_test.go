@@ -23,7 +23,16 @@ func pairOn(t *testing.T, memfd bool, size int) (a, b *conformance.Side, ca, cb 
 	Unacked() bool
 }) {
 	t.Helper()
-	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
+	return pairOnTD(t, memfd, size, false)
+}
+
+// pairOnTD is pairOn with the QPs in thread domains when td.
+func pairOnTD(t *testing.T, memfd bool, size int, td bool) (a, b *conformance.Side, ca, cb interface {
+	Stats() (uint64, uint64, uint64)
+	Unacked() bool
+}) {
+	t.Helper()
+	o := conformance.PairOpts{BufSize: size, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}, TD: td}
 	if memfd {
 		o.Alloc = directFixture{}.Buffer
 	}

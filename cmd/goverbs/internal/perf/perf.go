@@ -190,6 +190,11 @@ type side struct {
 	mem *verbs.Buffer
 	buf []byte
 	mr  *verbs.MR
+	// The client's QP is created in a thread domain (td), through the
+	// parent domain pd: one goroutine posts to it, so a provider may post
+	// without the QP's lock.
+	pd *verbs.PD
+	td *verbs.TD
 	// the peer's buffer
 	raddr uint64
 	rkey  uint32
@@ -237,6 +242,32 @@ func qpAttr(c *Config) *verbs.QPInitAttr {
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
 }
 
+// threadDomain gives the client's side of an RDMA WRITE or READ test a
+// thread domain and the parent domain to create its QP through: one
+// goroutine posts to a client QP (a bandwidth test round-robins its QPs
+// from one). The pure-Go providers then post a WRITE or READ posted alone
+// without the QP's lock, but the lock's other uses cost a little more
+// (verbs.TD): the SEND and atomic tests go without.
+func (s *side) threadDomain(c *Config) error {
+	if !strings.HasPrefix(c.Test, "write_") && !strings.HasPrefix(c.Test, "read_") {
+		return nil
+	}
+	ctx, pd := s.id.Context(), s.id.PD()
+	if ctx == nil || pd == nil {
+		return nil // the identifier has no device yet: no thread domain
+	}
+	td, err := ctx.AllocTD()
+	if err != nil {
+		return err
+	}
+	if s.pd, err = ctx.AllocParentDomain(verbs.ParentDomainAttr{PD: pd, TD: td}); err != nil {
+		td.Dealloc()
+		return err
+	}
+	s.td = td
+	return nil
+}
+
 func (s *side) register(c *Config) error {
 	n := markSize(c.Size) * 2
 	// Memory outside the Go heap, as RDMA applications register it; over
@@ -252,6 +283,10 @@ func (s *side) register(c *Config) error {
 
 func (s *side) close() {
 	s.id.Close()
+	if s.pd != nil {
+		s.pd.Dealloc()
+		s.td.Dealloc()
+	}
 	if s.mr != nil {
 		s.mr.Dereg()
 	}
@@ -414,7 +449,10 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		}
 		s := &side{id: id}
 		ss = append(ss, s)
-		if err := id.CreateQP(nil, *qpAttr(&c)); err != nil {
+		if err := s.threadDomain(&c); err != nil {
+			return Result{}, err
+		}
+		if err := id.CreateQP(s.pd, *qpAttr(&c)); err != nil {
 			return Result{}, err
 		}
 		if err := s.register(&c); err != nil {
@@ -822,6 +860,67 @@ func warmUp(ctx context.Context, c *Config, ks []*bwQP) error {
 	return nil
 }
 
+// lookBytes is how many bytes bandwidth posts between its looks at the
+// clock.
+const lookBytes = 1 << 20
+
+// postEach is bandwidth's loop for one request per PostSend without
+// credits (perftest's default): while the run goes on, it posts up to
+// depth requests ahead of the completions, every mod-th signaled (and the
+// run's last). Its locals stay in registers and on the stack, where the
+// general loop's list bookkeeping and closure reloaded them around every
+// PostSend (a sixth of an 8-byte WRITE's instructions); what the run
+// still owes once it stops (the last signaled request of a timed run) is
+// the general loop's.
+func (k *bwQP) postEach(c *Config, depth, mod int, timed bool, stop *bool, moved *int, look func() error) error {
+	end := k.done + depth
+	last := -1 // the run's last request: signaled
+	if !timed {
+		end = min(end, c.Iters)
+		last = c.Iters - 1
+	}
+	// sigAt is the next request to signal: a count, not p%mod (a division
+	// per request was a twentieth of an 8-byte WRITE's cost).
+	p := k.posted
+	sigAt := p + max(mod-k.unsig-1, 0)
+	if last >= p {
+		sigAt = min(sigAt, last)
+	}
+	qp, wr := k.qp, (*[1]verbs.SendWR)(k.wr)
+	flags := wr[0].Flags &^ verbs.SendSignaled
+	sig := k.lastSig
+	for p < end && !*stop {
+		wr[0].WRID, wr[0].Flags = uint64(p), flags
+		if sig = p == sigAt; sig {
+			wr[0].Flags = flags | verbs.SendSignaled
+			sigAt = p + mod
+			if last >= p {
+				sigAt = min(sigAt, last)
+			}
+		}
+		if err := qp.PostSend(wr[:]); err != nil {
+			k.setPosted(p, sigAt, mod, sig)
+			return err
+		}
+		p++
+		if *moved += c.Size; *moved >= lookBytes {
+			k.setPosted(p, sigAt, mod, sig)
+			if err := look(); err != nil {
+				return err
+			}
+		}
+	}
+	k.setPosted(p, sigAt, mod, sig)
+	return nil
+}
+
+// setPosted records postEach's progress: p requests posted, the next
+// signaled one sigAt (as the count of unsignaled ones the general loop
+// keeps), the last one signaled or not.
+func (k *bwQP) setPosted(p, sigAt, mod int, sig bool) {
+	k.posted, k.unsig, k.lastSig = p, max(mod-1-(sigAt-p), 0), sig
+}
+
 // deadlineClock is what a timed run's deadline is checked against (a test
 // replaces it to see when the deadline is checked).
 var deadlineClock = time.Now
@@ -847,7 +946,6 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 	// read: one round can move a whole send queue of large messages, and
 	// at 8 MiB 256 rounds took over a minute. Reading it every round would
 	// cost small messages their rate.
-	const lookBytes = 1 << 20
 	moved := 0
 	look := func() error {
 		moved = 0
@@ -873,6 +971,11 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 				depth = min(depth, k.depth)
 			}
 			mod := max(1, min(c.CQMod, depth))
+			if len(k.wr) == 1 && k.credit == nil {
+				if err := k.postEach(c, depth, mod, timed, &stop, &moved, look); err != nil {
+					return res, err
+				}
+			}
 			for k.posted-k.done < depth && (mayPost(k) || !k.lastSig && k.posted > k.done) {
 				// A list of up to PostList requests, each as if posted
 				// alone.
