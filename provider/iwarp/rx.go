@@ -90,7 +90,10 @@ type rxSide struct {
 	imm        uint32
 
 	bulk bool // the last FPDU carried a large payload
-	iov  [2]unix.Iovec
+	// idleAt: a poll found the socket empty in the middle of a large
+	// payload (UnixNano; 0: not so); polls leave it alone for pollGap.
+	idleAt atomic.Int64
+	iov    [2]unix.Iovec
 }
 
 // fill makes n (<= stageSize) bytes available in the staging buffer.
@@ -141,6 +144,10 @@ const (
 	// 0.94x the TCP stream, 200 µs 1.05x.)
 	bulkSpin = 200 * time.Microsecond
 	bulkFPDU = 16 << 10 // an FPDU payload at least this large marks a bulk transfer
+	// A poll that finds the socket empty in the middle of a large payload
+	// keeps the polls after it from reading for pollGap: the sender is
+	// writing the rest, and each empty read locks the socket against it.
+	pollGap = 2 * time.Microsecond
 )
 
 // rxLoop is the connection's receive goroutine: it waits for the socket to
@@ -204,12 +211,21 @@ func (c *conn) Progress(engine.Handoff) int {
 	if c.tx.restOut.Load() {
 		c.progressTx()
 	}
+	if t := c.rx.idleAt.Load(); t != 0 {
+		if time.Now().UnixNano()-t < int64(pollGap) {
+			return 0 // the rest of the payload is on its way: no empty read
+		}
+		c.rx.idleAt.Store(0)
+	}
 	if !c.rx.mu.TryLock() {
 		return 0 // the receive goroutine is at it
 	}
 	var perr error
 	c.raw.Control(c.rx.pollFn)
 	perr, c.rx.pollErr = c.rx.pollErr, nil
+	if perr == errWouldBlock && c.rx.bulk && c.rx.phase == phPayload {
+		c.rx.idleAt.Store(time.Now().UnixNano())
+	}
 	c.rx.mu.Unlock()
 	if perr != errWouldBlock && perr != nil {
 		c.rxFailed(perr)
