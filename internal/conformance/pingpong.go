@@ -127,6 +127,41 @@ func WriteStream(x, y *Side, size, n, depth int) error {
 	return Spin(x.SendCQ, wc)
 }
 
+// WriteLists is WriteStream posting lists of list RDMA WRITEs of size
+// bytes (perftest's post_list), the last of each list signaled, with up
+// to depth writes in flight (depth a multiple of list); n is rounded up
+// to whole lists.
+func WriteLists(x, y *Side, size, n, list, depth int) error {
+	wr := make([]verbs.SendWR, list)
+	for i := range wr {
+		wr[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{x.MR.SGE(0, size)},
+			RemoteAddr: y.MR.RemoteAddr(size), RKey: y.MR.RKey()}
+	}
+	wr[list-1].Flags = verbs.SendSignaled
+	wc := make([]verbs.WC, 64)
+	out := 0
+	for i := 0; i < n || out > 0; {
+		for out+list <= depth && i < n {
+			if err := x.QP.PostSend(wr); err != nil {
+				return err
+			}
+			out += list
+			i += list
+		}
+		k, err := x.SendCQ.Poll(wc)
+		if err != nil {
+			return err
+		}
+		for _, w := range wc[:k] {
+			if err := w.Err(); err != nil {
+				return err
+			}
+		}
+		out -= k * list
+	}
+	return nil
+}
+
 // BenchPingPong runs b.N round trips of PingPong and reports half their
 // mean (ns/oneway, what perftest's send_lat and fi_pingpong report), median
 // and 99th percentile. The round-trip array is written before the timer

@@ -54,3 +54,16 @@ func BenchmarkSendRecvPingPongLarge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRDMAWriteList measures the rate of 64-byte RDMA WRITEs posted
+// in lists of 16 (perftest's post_list), which the transport writes
+// together (engine.Batcher); ns/op is per WRITE.
+func BenchmarkRDMAWriteList(b *testing.B) {
+	x, y := benchPair(b, 4096)
+	b.SetBytes(64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := conformance.WriteLists(x, y, 64, b.N, 16, 128); err != nil {
+		b.Fatal(err)
+	}
+}
