@@ -59,10 +59,5 @@ func BenchmarkRDMAWrite(b *testing.B) {
 // together (engine.Batcher); ns/op is per WRITE.
 func BenchmarkRDMAWriteList(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	b.SetBytes(64)
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := conformance.WriteLists(x, y, 64, b.N, 16, 128); err != nil {
-		b.Fatal(err)
-	}
+	conformance.BenchWriteLists(b, x, y)
 }
