@@ -570,22 +570,32 @@ func (q *QP) nextTx() *WQE {
 	if q.stalled.Load() || q.sq.next == q.sq.tail {
 		return nil
 	}
-	switch {
-	case q.state == verbs.QPSRTS, q.state == verbs.QPSSQE && q.typ == verbs.QPTUD:
-	case q.state == verbs.QPSSQD && q.sq.next < q.sq.sent:
-	default:
+	if !q.sendsNew() && (q.state != verbs.QPSSQD || q.sq.next >= q.sq.sent) {
 		return nil
 	}
 	w := &q.sq.ring[q.sq.next&q.sq.mask]
-	if w.WR.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
-		return nil // a fenced request waits for earlier reads and atomics
-	}
-	if isRdAtomic(w.WR.Opcode) && q.rdOut >= int(q.attr.MaxRdAtomic) && q.attr.MaxRdAtomic > 0 {
-		return nil // ORD reached: wait for a read or atomic to complete
+	if !q.mayGo(w, q.rdOut) {
+		return nil
 	}
 	q.sq.next++
 	q.sq.sent = max(q.sq.sent, q.sq.next)
 	return w
+}
+
+// sendsNew reports whether the QP's state lets requests not yet begun go
+// out: RTS, or SQE for UD; q.mu is held.
+func (q *QP) sendsNew() bool {
+	return q.state == verbs.QPSRTS || q.state == verbs.QPSSQE && q.typ == verbs.QPTUD
+}
+
+// mayGo reports whether w, the next request to send, may go with rd reads
+// and atomics outstanding: a fenced request waits for them, and ORD bounds
+// them; q.mu is held.
+func (q *QP) mayGo(w *WQE, rd int) bool {
+	if w.WR.Flags&verbs.SendFence != 0 && rd > 0 {
+		return false
+	}
+	return !isRdAtomic(w.WR.Opcode) || q.attr.MaxRdAtomic == 0 || rd < int(q.attr.MaxRdAtomic)
 }
 
 // moreAfter reports whether the request queued after w, just taken by
@@ -593,19 +603,14 @@ func (q *QP) nextTx() *WQE {
 // against ORD and fences if it is a read or an atomic; q.mu is held. (A
 // hint: if the state changes during w's Send, the loop calls Flush.)
 func (q *QP) moreAfter(w *WQE) bool {
-	if q.sq.next == q.sq.tail || q.stalled.Load() ||
-		q.state != verbs.QPSRTS && (q.state != verbs.QPSSQE || q.typ != verbs.QPTUD) {
+	if q.sq.next == q.sq.tail || q.stalled.Load() || !q.sendsNew() {
 		return false
 	}
-	n := &q.sq.ring[q.sq.next&q.sq.mask]
 	rd := q.rdOut
 	if isRdAtomic(w.WR.Opcode) {
 		rd++
 	}
-	if n.WR.Flags&verbs.SendFence != 0 && rd > 0 {
-		return false
-	}
-	return !isRdAtomic(n.WR.Opcode) || q.attr.MaxRdAtomic == 0 || rd < int(q.attr.MaxRdAtomic)
+	return q.mayGo(&q.sq.ring[q.sq.next&q.sq.mask], rd)
 }
 
 // txResult applies Send's result; q.mu is held.
