@@ -297,12 +297,8 @@ func (c *conn) txWork() error {
 func (c *conn) Send(w *engine.WQE) engine.Result {
 	if c.tx.batching {
 		// The stream is ours since the Send that kept messages back.
-		select {
-		case <-c.dying:
-			c.dropKept()
-			c.unlockTx(false)
+		if c.dropKeptIfDying() {
 			return engine.Fail(verbs.WCWRFlushErr)
-		default:
 		}
 	} else {
 		select {

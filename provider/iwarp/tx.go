@@ -48,15 +48,13 @@ type txSide struct {
 	// batching: messages are kept back, laid out in iov[:kept] (keptLen
 	// bytes), and the engine's transmitter holds mu from the Send that kept
 	// the first one to the Send or Flush that writes them. held are the
-	// Sends and Writes among them (they complete once written), keptBytes
-	// their payload.
-	batching  bool
-	kept      int
-	keptLen   int
-	keptBytes int
-	held      [batchMax]sentReq
-	nheld     int
-	heldFail  bool // their write failed: the first completes with the error
+	// Sends and Writes among them (they complete once written).
+	batching bool
+	kept     int
+	keptLen  int
+	held     [batchMax]sentReq
+	nheld    int
+	heldFail bool // their write failed: the first completes with the error
 
 	rest    [][]byte  // what the socket has not taken yet of the messages on the stream
 	restW   []sentReq // the Sends and Writes that complete once rest is written
@@ -83,7 +81,7 @@ type sentReq struct {
 
 // What a batch keeps back: messages of at most batchSmall bytes (batching
 // saves a system call per message, which a large message hardly notices),
-// at most batchMax Sends and Writes and batchBytes of payload, and half a
+// at most batchMax Sends and Writes and batchBytes on the wire, and half a
 // writev's pieces (wiov). A large message goes out at once, with the ones
 // kept before it.
 const (
@@ -343,24 +341,13 @@ func (c *conn) begin() [][]byte {
 // batching).
 func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 	c.tx.iov = iov
-	if w != nil && w.More() && w.Len <= batchSmall && c.tx.nheld < batchMax && c.tx.keptBytes+int(w.Len) <= batchBytes &&
-		len(iov) <= len(c.tx.wiov)/2 {
-		c.tx.keptBytes += int(w.Len)
-		for _, b := range iov[c.tx.kept:] {
-			c.tx.keptLen += len(b)
+	if w != nil && w.More() && w.Len <= batchSmall && c.tx.nheld < batchMax && len(iov) <= len(c.tx.wiov)/2 {
+		if n := c.keepLen(iov); n <= batchBytes {
+			c.keep(iov, w, comp, n)
+			return engine.ResultPending
 		}
-		if comp {
-			c.tx.held[c.tx.nheld] = sentReq{w, w.Seq(), c.tx.keptLen}
-			c.tx.nheld++
-		}
-		c.tx.kept = len(iov)
-		c.tx.batching = true
-		if h := testHookKept.Load(); h != nil {
-			(*h)()
-		}
-		return engine.ResultPending
 	}
-	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.keptLen = false, 0, 0, 0
+	c.tx.batching, c.tx.kept, c.tx.keptLen = false, 0, 0
 	if err := c.put(iov); err != nil {
 		// The connection ends; as on siw, the request whose write failed
 		// completes with LOC_QP_OP_ERR (the first kept back, if any: see
@@ -401,6 +388,31 @@ func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 // testHookKept, when a test sets it, runs when out keeps a message back.
 var testHookKept atomic.Pointer[func()]
 
+// keep keeps iov's messages back, n bytes in all, w's the last (see out).
+// c.tx.mu is held.
+func (c *conn) keep(iov [][]byte, w *engine.WQE, comp bool, n int) {
+	c.tx.keptLen = n
+	if comp {
+		c.tx.held[c.tx.nheld] = sentReq{w, w.Seq(), n}
+		c.tx.nheld++
+	}
+	c.tx.kept = len(iov)
+	c.tx.batching = true
+	if h := testHookKept.Load(); h != nil {
+		(*h)()
+	}
+}
+
+// keepLen is how many bytes the batch would hold with iov's messages
+// after those kept back. c.tx.mu is held.
+func (c *conn) keepLen(iov [][]byte) int {
+	n := c.tx.keptLen
+	for _, b := range iov[c.tx.kept:] {
+		n += len(b)
+	}
+	return n
+}
+
 // failKept ends a request that fails before it is laid out (a bad key, an
 // unknown opcode): the messages kept back before it are written first, as
 // they would have been without the batch. c.tx.mu is held.
@@ -430,24 +442,26 @@ func (c *conn) endSend() {
 	}
 }
 
-// dropKept forgets the messages kept back, unwritten: the connection is
-// ending, and the QP's flush completes their requests. c.tx.mu is held.
-func (c *conn) dropKept() {
-	c.tx.batching, c.tx.kept, c.tx.keptBytes, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0, 0
+// dropKeptIfDying ends a batch on a dying connection: the messages kept
+// back are forgotten, unwritten (the QP's flush completes their requests),
+// and the stream is let go. It reports whether it did so; c.tx.mu is
+// held, batching.
+func (c *conn) dropKeptIfDying() bool {
+	select {
+	case <-c.dying:
+		c.tx.batching, c.tx.kept, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0
+		c.unlockTx(false)
+		return true
+	default:
+		return false
+	}
 }
 
 // Flush implements engine.Batcher: it writes the messages kept back when
 // the engine found no request to send after them after all.
 func (c *conn) Flush() {
-	if !c.tx.batching {
+	if !c.tx.batching || c.dropKeptIfDying() {
 		return
-	}
-	select {
-	case <-c.dying:
-		c.dropKept()
-		c.unlockTx(false)
-		return
-	default:
 	}
 	c.out(c.tx.iov[:c.tx.kept], nil, false)
 	c.endSend()
