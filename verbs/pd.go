@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"sync/atomic"
 )
 
 // PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
@@ -11,11 +10,10 @@ type PD struct {
 	ctx *Context
 	d   pdDriver
 	// A parent domain's (AllocParentDomain): the PD it stands for, its
-	// thread domain, its live QPs, and whether it was freed.
+	// thread domain, and its live QPs (or that it was freed).
 	base *PD
 	td   *TD
-	qps  atomic.Int32
-	dead atomic.Bool
+	qps  users
 }
 
 // Context returns the context the PD belongs to.
@@ -89,16 +87,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if c := attr.Cap; c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
 		return nil, fmt.Errorf("%w: negative capability %+v", ErrInvalid, c)
 	}
-	if pd.dead.Load() {
+	if pd.base != nil && !pd.qps.take() {
 		return nil, ErrClosed // a freed parent domain
 	}
 	qp := &QP{pd: pd, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.QPType, user: attr.UserData}
 	d, err := pd.d.CreateQP(qp, &attr)
 	if err != nil {
+		if pd.base != nil {
+			pd.qps.drop()
+		}
 		return nil, err
-	}
-	if pd.base != nil {
-		pd.qps.Add(1)
 	}
 	qp.d = d
 	qp.num = d.Num()

@@ -124,7 +124,7 @@ func (qp *QP) State() QPState {
 func (qp *QP) Destroy() error {
 	err := qp.d.Destroy()
 	if err == nil && qp.pd.base != nil {
-		qp.pd.qps.Add(-1)
+		qp.pd.qps.drop()
 	}
 	return err
 }

@@ -24,8 +24,38 @@ import (
 // change of meaning).
 type TD struct {
 	ctx  *Context
-	refs atomic.Int32 // parent domains that name it
-	dead atomic.Bool
+	refs users // parent domains that name it
+}
+
+// users counts the users of an object that refuses to be freed while it
+// has any, or is -1 once it is freed: one word, so that a new user and
+// the freeing cannot both succeed when they race.
+type users struct{ n atomic.Int32 }
+
+// take adds a user, unless the object is freed.
+func (u *users) take() bool {
+	for {
+		v := u.n.Load()
+		if v < 0 {
+			return false
+		}
+		if u.n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// drop removes a user.
+func (u *users) drop() { u.n.Add(-1) }
+
+// free marks the object freed if it has no user. It returns the users it
+// found: 0 when it freed the object, -1 when it was freed already.
+func (u *users) free() int32 {
+	for {
+		if v := u.n.Load(); v != 0 || u.n.CompareAndSwap(0, -1) {
+			return v
+		}
+	}
 }
 
 // AllocTD allocates a thread domain (ibv_alloc_td). It returns ErrClosed
@@ -40,11 +70,11 @@ func (c *Context) AllocTD() (*TD, error) {
 // Dealloc frees the thread domain (ibv_dealloc_td). It returns ErrBusy
 // while a parent domain names it, ErrClosed the second time.
 func (td *TD) Dealloc() error {
-	if td.refs.Load() != 0 {
-		return fmt.Errorf("%w: a parent domain uses the thread domain", ErrBusy)
-	}
-	if td.dead.Swap(true) {
+	switch n := td.refs.free(); {
+	case n < 0:
 		return ErrClosed
+	case n > 0:
+		return fmt.Errorf("%w: a parent domain uses the thread domain", ErrBusy)
 	}
 	return nil
 }
@@ -73,11 +103,8 @@ func (c *Context) AllocParentDomain(attr ParentDomainAttr) (*PD, error) {
 		return nil, fmt.Errorf("%w: a parent domain needs a PD of its context", ErrInvalid)
 	case attr.PD.base != nil:
 		return nil, fmt.Errorf("%w: the PD of a parent domain is a parent domain", ErrInvalid)
-	case attr.TD != nil && (attr.TD.ctx != c || attr.TD.dead.Load()):
+	case attr.TD != nil && (attr.TD.ctx != c || !attr.TD.refs.take()):
 		return nil, fmt.Errorf("%w: thread domain of another context, or freed", ErrInvalid)
-	}
-	if attr.TD != nil {
-		attr.TD.refs.Add(1)
 	}
 	return &PD{ctx: c, d: attr.PD.d, base: attr.PD, td: attr.TD}, nil
 }
@@ -89,14 +116,14 @@ func (pd *PD) TD() *TD { return pd.td }
 // deallocParent is Dealloc for a parent domain: the protection domain
 // stays (it is attr.PD's).
 func (pd *PD) deallocParent() error {
-	if pd.qps.Load() != 0 {
+	switch n := pd.qps.free(); {
+	case n < 0:
+		return ErrClosed
+	case n > 0:
 		return fmt.Errorf("%w: QPs created through the parent domain remain", ErrBusy)
 	}
-	if pd.dead.Swap(true) {
-		return ErrClosed
-	}
 	if pd.td != nil {
-		pd.td.refs.Add(-1)
+		pd.td.refs.drop()
 	}
 	return nil
 }
