@@ -254,8 +254,7 @@ func (s *sendState) fill() {
 	if s.rnrWait || !s.started {
 		return
 	}
-	s.segsOf = nil
-	defer func() { s.segsOf = nil }()
+	s.segsOf = nil // (only fill's packets use it: no need to clear it after)
 	for s.tx < s.n {
 		e := s.at(s.tx)
 		if !e.assigned {
