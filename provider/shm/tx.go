@@ -200,15 +200,14 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 	var dst []byte
 	r := c.out.dHeld
 	if r != nil && r.rkey == wr.RKey && c.out.dStatic&need == need && n <= oneSidedDirectMax && !c.out.cur.busy {
-		// r.contains and r.at, the offset computed once.
-		if off := addr - r.base; addr >= r.base && off <= uint64(len(r.mem)) && uint64(n) <= uint64(len(r.mem))-off &&
+		if b, ok := r.span(addr, n); ok &&
 			(c.out.dLive&need == need ||
 				!c.closing.Load() && atomic.LoadUint32(c.out.words.state) != stateErr && atomic.LoadUint64(c.out.words.nak) == 0 &&
 					verbs.AccessFlags(atomic.LoadUint32(c.out.words.access))&need == need &&
 					(need == verbs.AccessRemoteWrite || atomic.LoadUint32(c.out.words.ird) != 0) &&
 					c.out.ring.Tail == c.out.ring.Head && r.exported() && r.refs.Load()&remDead == 0) {
 			c.out.dLive |= need
-			dst = r.mem[off : off+uint64(n) : off+uint64(n)]
+			dst = b
 		}
 	}
 	if dst == nil {
