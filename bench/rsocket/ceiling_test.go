@@ -27,47 +27,51 @@ func BenchmarkCopyCeiling(b *testing.B) {
 		b.Skip("needs two CPUs")
 	}
 	for _, c := range []struct {
-		name        string
-		ring, chunk int
+		name             string
+		msg, ring, chunk int
 	}{
-		{"pipelined", 512 << 10, 128 << 10},
-		{"serial", 1 << 20, 1 << 20},
+		{"pipelined", 1 << 20, 512 << 10, 128 << 10},
+		{"serial", 1 << 20, 1 << 20, 1 << 20},
+		{"pipelined", 64 << 10, 512 << 10, 16 << 10},
+		{"serial", 64 << 10, 64 << 10, 64 << 10},
 	} {
-		b.Run(fmt.Sprintf("%s/%d", c.name, 1<<20), func(b *testing.B) { crossCore(b, c.ring, c.chunk) })
+		b.Run(fmt.Sprintf("%s/%d", c.name, c.msg), func(b *testing.B) { crossCore(b, c.msg, c.ring, c.chunk) })
 	}
-	b.Run(fmt.Sprintf("one-core/%d", 1<<20), func(b *testing.B) {
-		ring, err := sharedBuf(512 << 10)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer unix.Munmap(ring)
-		src, dst := make([]byte, 1<<20), make([]byte, 1<<20)
-		b.SetBytes(1 << 20)
-		for range b.N {
-			for off := 0; off < len(src); off += len(ring) {
-				copy(ring, src[off:])
-				copy(dst[off:], ring)
+	for _, msg := range []int{1 << 20, 64 << 10} {
+		b.Run(fmt.Sprintf("one-core/%d", msg), func(b *testing.B) {
+			ring, err := sharedBuf(512 << 10)
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-	})
+			defer unix.Munmap(ring)
+			src, dst := make([]byte, msg), make([]byte, msg)
+			b.SetBytes(int64(msg))
+			for range b.N {
+				for off := 0; off < len(src); off += len(ring) {
+					copy(ring, src[off:])
+					copy(dst[off:], ring[:min(len(ring), msg)])
+				}
+			}
+		})
+	}
 }
 
-// crossCore streams 1 MiB messages through a shared ring of ringSize
-// bytes in chunks: the writer on CPU 0, the reader on CPU 1.
-func crossCore(b *testing.B, ringSize, chunk int) {
+// crossCore streams messages of msg bytes through a shared ring of
+// ringSize bytes in chunks: the writer on CPU 0, the reader on CPU 1.
+func crossCore(b *testing.B, msg, ringSize, chunk int) {
 	ring, err := sharedBuf(ringSize)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer unix.Munmap(ring)
 	slots := int64(ringSize / chunk)
-	per := int64((1 << 20) / chunk) // chunks per message
+	per := int64(msg / chunk) // chunks per message
 	var written, read atomic.Int64
 	done := make(chan error)
 	n := int64(b.N) * per
 	go func() {
 		done <- pinned(1, func() {
-			dst := make([]byte, 1<<20)
+			dst := make([]byte, msg)
 			for i := range n {
 				for written.Load() <= i {
 				}
@@ -77,10 +81,10 @@ func crossCore(b *testing.B, ringSize, chunk int) {
 			}
 		})
 	}()
-	b.SetBytes(1 << 20)
+	b.SetBytes(int64(msg))
 	b.ResetTimer()
 	err = pinned(0, func() {
-		src := make([]byte, 1<<20)
+		src := make([]byte, msg)
 		for i := range n {
 			for i-read.Load() >= slots {
 			}
