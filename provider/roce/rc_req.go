@@ -76,6 +76,7 @@ type sendState struct {
 	npsn     uint32 // next PSN to assign
 	una      uint32 // oldest PSN not acknowledged
 	nxt      uint32 // next PSN to send (una <= nxt <= npsn)
+	high     uint32 // after the last PSN sent so far (nxt <= high <= npsn; goBack lowers nxt only)
 	retries  int    // left before RETRY_EXC_ERR
 	resent   uint64 // packets sent again (counters)
 	rnrNaks  uint64 // RNR NAKs received (counters)
@@ -115,7 +116,7 @@ func (s *sendState) init(q *qp) {
 
 // start sets the first PSN (the move to RTS).
 func (s *sendState) start(psn uint32) {
-	s.npsn, s.una, s.nxt = psn, psn, psn
+	s.npsn, s.una, s.nxt, s.high = psn, psn, psn, psn
 	s.retries = int(s.q.path.retryCnt)
 	s.rnrLeft = int(s.q.path.rnrRetry)
 	s.cwnd, s.ssthresh = s.minWindow(), s.maxWindow()
@@ -271,6 +272,9 @@ func (s *sendState) fill() {
 				s.nxt = ib.PSNAdd(e.first, e.psns)
 			} else {
 				s.nxt = ib.PSNAdd(e.first, e.sent)
+			}
+			if ib.PSNDiff(s.nxt, s.high) > 0 {
+				s.high = s.nxt
 			}
 		}
 		if e.kind == kRead && e.roff+e.rlen < e.total {
@@ -473,6 +477,16 @@ func (s *sendState) response(p *ib.Packet) {
 		q.mu.Unlock()
 		return // a late or duplicate response
 	}
+	if ib.PSNDiff(p.PSN, s.high) >= 0 {
+		// For a PSN not sent yet (none of ours was ever answered so):
+		// forged, or from another connection's past. Taken, it would
+		// acknowledge requests the responder never saw, and leave the
+		// oldest unacknowledged PSN beyond the next one to send, where no
+		// ACK timeout runs.
+		q.mu.Unlock()
+		q.d.stats.Malformed.Add(1)
+		return
+	}
 	switch {
 	case p.Op == ib.Acknowledge:
 		s.ack(p)
@@ -497,8 +511,12 @@ func (s *sendState) ackUpTo(psn uint32) bool {
 		}
 		last := ib.PSNAdd(e.first, e.psns-1)
 		if ib.PSNDiff(psn, last) < 0 {
-			if ib.PSNDiff(psn, e.first) >= 0 && e.kind != kRead && e.kind != kAtomic {
+			if ib.PSNDiff(psn, e.first) >= 0 && ib.PSNDiff(psn, s.una) >= 0 && e.kind != kRead && e.kind != kAtomic {
 				s.una = ib.PSNAdd(psn, 1) // part of a long message
+				if ib.PSNDiff(s.nxt, s.una) < 0 {
+					s.nxt = s.una // acknowledged past where a go-back left the sending
+					e.sent = int(ib.PSNDiff(s.una, e.first))
+				}
 				progress = true
 				s.progressed()
 			}
@@ -598,6 +616,9 @@ func (s *sendState) ack(p *ib.Packet) {
 		}
 		s.transmit()
 	case ib.SyndromeRNR:
+		if ib.PSNDiff(p.PSN, s.una) < 0 {
+			return // for a request acknowledged since: stale
+		}
 		s.rnrNaks++
 		s.ackUpTo(ib.PSNAdd(p.PSN, -1))
 		if s.n == 0 {
@@ -614,6 +635,9 @@ func (s *sendState) ack(p *ib.Packet) {
 		s.goBack(p.PSN)
 		s.rnrTimer.Reset(engine.RNRDelay(syn & 0x1F))
 	case ib.SyndromeNAK:
+		if ib.PSNDiff(p.PSN, s.una) < 0 {
+			return // for a request acknowledged since: stale
+		}
 		s.ackUpTo(ib.PSNAdd(p.PSN, -1))
 		if s.n == 0 {
 			return
