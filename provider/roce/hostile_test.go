@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -128,8 +129,9 @@ func (h *hostile) send(t *testing.T) {
 	}
 }
 
+// isTransient reports a send error that a lossy wire would hide.
 func isTransient(err error) bool {
-	return err == syscall.ENOBUFS || err == syscall.EAGAIN || err == syscall.ECONNREFUSED
+	return errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // forge sends one packet of opcode op and PSN psn to the QP, its
