@@ -108,21 +108,26 @@ func BenchmarkUnary(b *testing.B) {
 				} else {
 					cc = rsocketSetup(b, uniqueUnix("bench"))
 				}
-				ctx := context.Background()
-				in, out := make([]byte, size), []byte(nil)
-				for range 10 {
-					if err := unary(ctx, cc, in, &out); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.SetBytes(int64(2 * size))
-				b.ResetTimer()
-				for range b.N {
-					if err := unary(ctx, cc, in, &out); err != nil {
-						b.Fatal(err)
-					}
-				}
+				benchUnary(b, cc, size)
 			})
+		}
+	}
+}
+
+// benchUnary makes b.N unary calls of size bytes each way on cc.
+func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
+	ctx := context.Background()
+	in, out := make([]byte, size), []byte(nil)
+	for range 10 {
+		if err := unary(ctx, cc, in, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(2 * size))
+	b.ResetTimer()
+	for range b.N {
+		if err := unary(ctx, cc, in, &out); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -98,21 +98,7 @@ func BenchmarkUnaryIPC(b *testing.B) {
 	for _, size := range []int{64, 4096, 65536} {
 		for _, tr := range []string{"rsocket-shm", "unix"} {
 			b.Run(fmt.Sprintf("%s/%d", tr, size), func(b *testing.B) {
-				cc := ipcSetup(b, tr)
-				ctx := context.Background()
-				in, out := make([]byte, size), []byte(nil)
-				for range 10 {
-					if err := unary(ctx, cc, in, &out); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.SetBytes(int64(2 * size))
-				b.ResetTimer()
-				for range b.N {
-					if err := unary(ctx, cc, in, &out); err != nil {
-						b.Fatal(err)
-					}
-				}
+				benchUnary(b, ipcSetup(b, tr), size)
 			})
 		}
 	}

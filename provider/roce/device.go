@@ -92,20 +92,26 @@ type Counters struct {
 
 // DeviceCounters returns the counters of the device name.
 func DeviceCounters(name string) (Counters, bool) {
-	devs.Lock()
-	var d *device
-	for _, x := range devs.list {
-		if x.eng.Name() == name {
-			d = x
-		}
-	}
-	devs.Unlock()
+	d := deviceNamed(name)
 	if d == nil {
 		return Counters{}, false
 	}
 	s := &d.stats
 	return Counters{Received: s.Received.Load(), Sent: s.Sent.Load(), Writes: s.Writes.Load(), SendFail: s.SendFail.Load(),
 		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load()}, true
+}
+
+// deviceNamed returns the device called name, or nil.
+func deviceNamed(name string) *device {
+	devs.Lock()
+	defer devs.Unlock()
+	var d *device
+	for _, x := range devs.list {
+		if x.eng.Name() == name {
+			d = x
+		}
+	}
+	return d
 }
 
 // nSenders is how many source ports a device's QPs spread over.

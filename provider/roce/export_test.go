@@ -5,14 +5,7 @@ import "fmt"
 // SendStateOf describes the requester state of QP qpn of device name, for
 // a test's failure message.
 func SendStateOf(name string, qpn uint32) string {
-	devs.Lock()
-	var d *device
-	for _, x := range devs.list {
-		if x.eng.Name() == name {
-			d = x
-		}
-	}
-	devs.Unlock()
+	d := deviceNamed(name)
 	if d == nil {
 		return "no device"
 	}
