@@ -1,13 +1,17 @@
 package roce_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -301,3 +305,170 @@ var hostileBase, hostileSeeds, hostilePackets = func() (int, int, int) {
 	}
 	return 0, 4, 8000
 }()
+
+// mad sends one forged CM MAD to QP1 of the device at h.to: every CM
+// message (and unknown ones), random communication IDs, REQs and SIDR
+// REQs for port (and other services), rdma_cm headers good and bad,
+// broken MAD headers, wrong Q_Keys, short MADs.
+func (h *hostile) mad(t *testing.T, port uint16) {
+	r := h.rnd
+	var m [ib.MADLen]byte
+	for i := range m {
+		m[i] = byte(r.Uint32())
+	}
+	attrs := []uint16{ib.AttrREQ, ib.AttrREQ, ib.AttrMRA, ib.AttrREJ, ib.AttrREP, ib.AttrRTU, ib.AttrDREQ, ib.AttrDREP,
+		ib.AttrSIDRReq, ib.AttrSIDRRep, 0x0019, 0}
+	attr := attrs[r.IntN(len(attrs))]
+	sid := func(ps uint16) uint64 {
+		if r.IntN(4) == 0 {
+			return r.Uint64()
+		}
+		return ib.ServiceID(ps, port)
+	}
+	switch attr {
+	case ib.AttrREQ:
+		q := ib.REQ{LocalCommID: r.Uint32(), ServiceID: sid(ib.PortSpaceTCP), LocalQPN: r.Uint32() & 0xFFFFFF,
+			ResponderResources: uint8(r.Uint32()), InitiatorDepth: uint8(r.Uint32()), StartingPSN: r.Uint32() & 0xFFFFFF,
+			PathMTU: uint8(r.IntN(16)), RetryCount: uint8(r.IntN(8)), RNRRetryCount: uint8(r.IntN(8)),
+			RemoteCMRespTimeout: uint8(r.IntN(32)), LocalCMRespTimeout: uint8(r.IntN(32)), LocalAckTimeout: uint8(r.IntN(32)),
+			MaxCMRetries: uint8(r.IntN(16)), PKey: ib.DefaultPKey}
+		if r.IntN(4) == 0 {
+			q.TransportType = uint8(r.IntN(4))
+		}
+		for i := range q.PrivateData {
+			q.PrivateData[i] = byte(r.Uint32())
+		}
+		if r.IntN(3) > 0 {
+			ib.PutCMAHdr(q.PrivateData[:], h.from, h.to, uint16(r.Uint32()))
+		}
+		q.Marshal(m[:], r.Uint64())
+	case ib.AttrSIDRReq:
+		q := ib.SIDRReq{RequestID: r.Uint32(), PKey: ib.DefaultPKey, ServiceID: sid(ib.PortSpaceUDP)}
+		q.Marshal(m[:], r.Uint64(), m[ib.MADHdrLen+16:ib.MADHdrLen+16+ib.SIDRReqPrivLen])
+	default:
+		ib.PutCMHeader(m[:], attr, r.Uint64())
+	}
+	if r.IntN(20) == 0 {
+		m[r.IntN(ib.MADHdrLen)] ^= byte(1 + r.IntN(255)) // a broken MAD header
+	}
+	var b ib.Builder
+	b.H = make([]byte, 0, 512)
+	b.BTH(ib.UDSendOnly, false, 0, ib.DefaultPKey, ib.GSIQPN, false, r.Uint32()&0xFFFFFF)
+	qkey := uint32(ib.GSIQKey)
+	if r.IntN(30) == 0 {
+		qkey = r.Uint32()
+	}
+	b.DETH(qkey, ib.GSIQPN)
+	pkt := append(b.H, m[:]...)
+	if r.IntN(30) == 0 {
+		pkt = pkt[:len(pkt)-1-r.IntN(200)]
+	}
+	crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
+	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
+	if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
+		t.Fatal(err)
+	}
+}
+
+// TestHostileCM: thousands of forged connection-manager MADs (half as
+// many as TestHostilePeer's packets), from the address a real client then
+// dials from, at a device with a listener whose application is busy: the
+// forged requests fill its backlog before the real one comes. Nothing
+// panics; the real request, dropped while the backlog is full, gets in
+// when it is sent again after the application starts taking requests
+// (rejecting the forged ones); its connection carries data and
+// disconnects cleanly.
+func TestHostileCM(t *testing.T) {
+	leakcheck.Check(t)
+	da, db := devices(t)
+	addr := fmt.Sprintf("%s:7402", testAddrs[1])
+	ln, err := roce.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := conformance.NewSide(t, openDev(t, db), verbs.QPTRC, conformance.PairOpts{})
+	var forged atomic.Int64
+	accepted := make(chan *roce.Conn, 1)
+	acceptErr := make(chan error, 1)
+	start := make(chan struct{})
+	go func() {
+		<-start
+		for {
+			r, err := ln.Accept(ctx)
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			if !bytes.HasPrefix(r.PrivateData(), []byte("real")) {
+				forged.Add(1)
+				r.Reject([]byte("forged"))
+				continue
+			}
+			c, err := r.Accept(srv.QP, roce.Params{PrivateData: []byte("welcome"), RNRRetry: 7})
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			accepted <- c
+			return
+		}
+	}()
+	before, _ := roce.DeviceCounters(srv.Ctx.Device().Name())
+	for seed := uint64(hostileBase); seed < uint64(hostileBase+hostileSeeds); seed++ {
+		h := newHostile(t, testAddrs[0], testAddrs[1], seed)
+		for range hostilePackets / 2 {
+			h.mad(t, 7402)
+		}
+	}
+	after, _ := roce.DeviceCounters(srv.Ctx.Device().Name())
+	if after.Malformed == before.Malformed {
+		t.Fatal("no forged MAD was counted as malformed")
+	}
+
+	cli := conformance.NewSide(t, openDev(t, da), verbs.QPTRC, conformance.PairOpts{})
+	type dialed struct {
+		c   *roce.Conn
+		err error
+	}
+	dc := make(chan dialed, 1)
+	go func() {
+		c, err := roce.Dial(ctx, addr, cli.QP, roce.Params{PrivateData: []byte("real"), RNRRetry: 7})
+		dc <- dialed{c, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // its first REQ meets the full backlog
+	close(start)
+	d := <-dc
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+	c := d.c
+	var s *roce.Conn
+	select {
+	case s = <-accepted:
+	case err := <-acceptErr:
+		t.Fatal(err)
+	}
+	if forged.Load() == 0 {
+		t.Fatal("no forged request reached the listener")
+	}
+	conformance.Fill(cli.Buf[:64], 3)
+	srv.MustPostRecv(t, srv.Recv(1, 0, 64))
+	cli.MustPostSend(t, cli.Send(2, 0, 64))
+	conformance.ExpectWC(t, conformance.Poll1(t, srv.RecvCQ), 1, verbs.WCSuccess, verbs.WCRecv)
+	conformance.ExpectWC(t, conformance.Poll1(t, cli.SendCQ), 2, verbs.WCSuccess, verbs.WCSend)
+	if !bytes.Equal(srv.Buf[:64], cli.Buf[:64]) {
+		t.Fatal("the SEND arrived changed")
+	}
+	if err := c.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener's side did not see the disconnect")
+	}
+	t.Logf("%d forged requests reached the application (rejected); %d MADs dropped as malformed", forged.Load(), after.Malformed-before.Malformed)
+}
