@@ -110,7 +110,11 @@ func (h *hostile) send(t *testing.T) {
 		off := uint64(r.IntN(h.size + 64))
 		binary.BigEndian.PutUint64(pkt[o:], h.va+off-uint64(r.IntN(2)*32))
 		binary.BigEndian.PutUint32(pkt[o+8:], h.rkey)
-		binary.BigEndian.PutUint32(pkt[o+12:], uint32(r.IntN(3*h.size)))
+		dmaLen := uint32(r.IntN(3 * h.size))
+		if r.IntN(10) == 0 {
+			dmaLen = r.Uint32() // up to 4 GiB
+		}
+		binary.BigEndian.PutUint32(pkt[o+12:], dmaLen)
 	}
 	if m&ib.HasAETH != 0 && r.IntN(2) == 0 {
 		o := hl - ib.AETHLen
