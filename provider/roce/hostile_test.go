@@ -476,3 +476,113 @@ func TestHostileCM(t *testing.T) {
 	}
 	t.Logf("%d forged requests reached the application (rejected); %d MADs dropped as malformed", forged.Load(), after.Malformed-before.Malformed)
 }
+
+// TestHostileUD: forged datagrams at a UD QP (its Q_Key and others, every
+// opcode, lengths from nothing to beyond the receive buffers and the MTU,
+// bad ICRCs): each one taken completes a receive (GRH and payload, or
+// LOC_LEN_ERR when it does not fit), the others are dropped and counted,
+// and a real datagram still arrives whole after them.
+func TestHostileUD(t *testing.T) {
+	leakcheck.Check(t)
+	const qkey = 0x1234_5678
+	ca, cb := fixture{}.Open(t)
+	x := conformance.NewSide(t, ca, verbs.QPTUD, conformance.PairOpts{CQE: 4096})
+	y := conformance.NewSide(t, cb, verbs.QPTUD, conformance.PairOpts{})
+	for _, s := range []*conformance.Side{x, y} {
+		if err := conformance.ActivateUD(s.QP, qkey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const slot = 2048 // a receive: GRH and up to 2008 bytes of payload
+	post := func(i int) {
+		x.MustPostRecv(t, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{x.MR.SGE((i%16)*slot, slot)}})
+	}
+	for i := range 16 {
+		post(i)
+	}
+	h := newHostile(t, testAddrs[1], testAddrs[0], uint64(11+hostileBase))
+	h.qpn = x.QP.Num()
+	before, _ := roce.DeviceCounters(x.Ctx.Device().Name())
+	wc := make([]verbs.WC, 64)
+	posted, taken := 16, 0
+	for i := range hostilePackets {
+		r := h.rnd
+		op := []ib.Opcode{ib.UDSendOnly, ib.UDSendOnlyImm}[r.IntN(2)]
+		if r.IntN(10) == 0 {
+			op = hostileOps[r.IntN(len(hostileOps))]
+		}
+		hl := op.Info().HdrLen
+		if hl == 0 {
+			hl = ib.BTHLen
+		}
+		n := r.IntN(2 * slot)
+		pkt := make([]byte, hl+n, hl+n+ib.ICRCLen)
+		for j := ib.BTHLen; j < len(pkt); j++ {
+			pkt[j] = byte(r.Uint32())
+		}
+		ib.PutBTH(pkt, op, false, r.IntN(4), 0xFFFF, h.qpn, false, r.Uint32()&0xFFFFFF)
+		if op.Info().Mask&ib.HasDETH != 0 && r.IntN(5) > 0 {
+			binary.BigEndian.PutUint32(pkt[ib.BTHLen:], qkey)
+		}
+		crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
+		if r.IntN(50) == 0 {
+			crc++
+		}
+		pkt = binary.LittleEndian.AppendUint32(pkt, crc)
+		if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
+			t.Fatal(err)
+		}
+		if i%8 == 0 {
+			k, err := x.RecvCQ.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range wc[:k] {
+				switch {
+				case w.Status == verbs.WCSuccess && w.ByteLen >= roce.GRHLen && w.ByteLen <= slot:
+				case w.Status == verbs.WCLocLenErr:
+				default:
+					t.Fatalf("forged datagram %d: receive completed with %v, %d bytes", i, w.Status, w.ByteLen)
+				}
+				taken++
+				post(posted)
+				posted++
+			}
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	for {
+		k, _ := x.RecvCQ.Poll(wc)
+		if k == 0 {
+			break
+		}
+		taken += k
+		for range k {
+			post(posted)
+			posted++
+		}
+	}
+	after, _ := roce.DeviceCounters(x.Ctx.Device().Name())
+	if taken == 0 || after.BadICRC == before.BadICRC || after.NoQP+after.Malformed == before.NoQP+before.Malformed {
+		t.Fatalf("%d forged datagrams taken; counters %+v -> %+v", taken, before, after)
+	}
+	// A real datagram after them.
+	ah, err := y.PD.CreateAH(fixture{}.AHTo(t, ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	conformance.Fill(y.Buf[:300], 9)
+	wr := y.Send(1, 0, 300)
+	wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah, x.QP.Num(), qkey
+	y.MustPostSend(t, wr)
+	w := conformance.Poll1(t, x.RecvCQ)
+	if w.Status != verbs.WCSuccess || w.ByteLen != roce.GRHLen+300 {
+		t.Fatalf("real datagram: %v, %d bytes", w.Status, w.ByteLen)
+	}
+	off := int(w.WRID%16) * slot
+	if !bytes.Equal(x.Buf[off+roce.GRHLen:off+roce.GRHLen+300], y.Buf[:300]) {
+		t.Fatal("real datagram arrived changed")
+	}
+	t.Logf("%d forged datagrams taken, %d dropped", taken, (after.NoQP+after.Malformed+after.BadICRC)-(before.NoQP+before.Malformed+before.BadICRC))
+}
