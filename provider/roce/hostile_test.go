@@ -31,6 +31,7 @@ import (
 type hostile struct {
 	c        *net.UDPConn
 	from, to netip.Addr
+	sport    uint16 // c's port, which the ICRC covers
 	crc      ib.Scratch
 	rnd      *rand.Rand
 	seed     uint64
@@ -53,7 +54,20 @@ func newHostile(t *testing.T, from, to netip.Addr, seed uint64) *hostile {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 		})
 	}
-	return &hostile{c: c, from: from, to: to, rnd: rand.New(rand.NewPCG(seed, 1)), seed: seed}
+	return &hostile{c: c, from: from, to: to, sport: uint16(c.LocalAddr().(*net.UDPAddr).Port), rnd: rand.New(rand.NewPCG(seed, 1)), seed: seed}
+}
+
+// write sends pkt (its headers and payload) with its ICRC, a wrong one
+// with bad.
+func (h *hostile) write(t *testing.T, pkt []byte, bad bool) {
+	crc := h.crc.V4(h.from.As4(), h.to.As4(), h.sport, ib.UDPPort, 0, true, pkt)
+	if bad {
+		crc++ // dropped and counted
+	}
+	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
+	if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
+		t.Fatal(err)
+	}
 }
 
 // opcodes the hostile peer picks from: every RC request and response, and
@@ -124,14 +138,7 @@ func (h *hostile) send(t *testing.T) {
 		syn := []byte{ib.SyndromeACK | ib.CreditsNone, ib.SyndromeRNR | byte(r.IntN(32)), ib.SyndromeNAK | byte(r.IntN(6)), byte(r.Uint32())}[r.IntN(4)]
 		binary.BigEndian.PutUint32(pkt[o:], uint32(syn)<<24|(r.Uint32()&0xFF))
 	}
-	crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
-	if r.IntN(100) == 0 {
-		crc++ // a bad ICRC: dropped and counted
-	}
-	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
-	if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
-		t.Fatal(err)
-	}
+	h.write(t, pkt, r.IntN(100) == 0)
 	if r.IntN(20) == 0 {
 		h.psn = ib.PSNAdd(h.psn, 1) // the victim's expected PSN moves on as it takes packets
 	}
@@ -148,11 +155,7 @@ func (h *hostile) forge(t *testing.T, op ib.Opcode, psn uint32, ext []byte) {
 	pkt := make([]byte, ib.BTHLen, ib.BTHLen+len(ext)+ib.ICRCLen)
 	ib.PutBTH(pkt, op, false, 0, 0xFFFF, h.qpn, false, psn)
 	pkt = append(pkt, ext...)
-	crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
-	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
-	if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil {
-		t.Fatal(err)
-	}
+	h.write(t, pkt, false)
 }
 
 // An ACK for a PSN the requester has not sent yet (forged, or a stale
@@ -367,11 +370,7 @@ func (h *hostile) mad(t *testing.T, port uint16) {
 	if r.IntN(30) == 0 {
 		pkt = pkt[:len(pkt)-1-r.IntN(200)]
 	}
-	crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
-	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
-	if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
-		t.Fatal(err)
-	}
+	h.write(t, pkt, false)
 }
 
 // TestHostileCM: thousands of forged connection-manager MADs (half as
@@ -524,14 +523,7 @@ func TestHostileUD(t *testing.T) {
 		if op.Info().Mask&ib.HasDETH != 0 && r.IntN(5) > 0 {
 			binary.BigEndian.PutUint32(pkt[ib.BTHLen:], qkey)
 		}
-		crc := h.crc.V4(h.from.As4(), h.to.As4(), uint16(h.c.LocalAddr().(*net.UDPAddr).Port), ib.UDPPort, 0, true, pkt)
-		if r.IntN(50) == 0 {
-			crc++
-		}
-		pkt = binary.LittleEndian.AppendUint32(pkt, crc)
-		if _, err := h.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(h.to, ib.UDPPort)); err != nil && !isTransient(err) {
-			t.Fatal(err)
-		}
+		h.write(t, pkt, r.IntN(50) == 0)
 		if i%8 == 0 {
 			k, err := x.RecvCQ.Poll(wc)
 			if err != nil {
