@@ -48,12 +48,17 @@ func (u *users) take() bool {
 // drop removes a user.
 func (u *users) drop() { u.n.Add(-1) }
 
-// free marks the object freed if it has no user. It returns the users it
-// found: 0 when it freed the object, -1 when it was freed already.
-func (u *users) free() int32 {
+// free marks the object freed if it has no user: ErrClosed when it was
+// freed already, ErrBusy (saying busy) while it has users.
+func (u *users) free(busy string) error {
 	for {
-		if v := u.n.Load(); v != 0 || u.n.CompareAndSwap(0, -1) {
-			return v
+		switch v := u.n.Load(); {
+		case v < 0:
+			return ErrClosed
+		case v > 0:
+			return fmt.Errorf("%w: %s", ErrBusy, busy)
+		case u.n.CompareAndSwap(0, -1):
+			return nil
 		}
 	}
 }
@@ -69,15 +74,7 @@ func (c *Context) AllocTD() (*TD, error) {
 
 // Dealloc frees the thread domain (ibv_dealloc_td). It returns ErrBusy
 // while a parent domain names it, ErrClosed the second time.
-func (td *TD) Dealloc() error {
-	switch n := td.refs.free(); {
-	case n < 0:
-		return ErrClosed
-	case n > 0:
-		return fmt.Errorf("%w: a parent domain uses the thread domain", ErrBusy)
-	}
-	return nil
-}
+func (td *TD) Dealloc() error { return td.refs.free("a parent domain uses the thread domain") }
 
 // ParentDomainAttr is what a parent domain is made of (struct
 // ibv_parent_domain_init_attr): a protection domain, and the thread
@@ -116,11 +113,8 @@ func (pd *PD) TD() *TD { return pd.td }
 // deallocParent is Dealloc for a parent domain: the protection domain
 // stays (it is attr.PD's).
 func (pd *PD) deallocParent() error {
-	switch n := pd.qps.free(); {
-	case n < 0:
-		return ErrClosed
-	case n > 0:
-		return fmt.Errorf("%w: QPs created through the parent domain remain", ErrBusy)
+	if err := pd.qps.free("QPs created through the parent domain remain"); err != nil {
+		return err
 	}
 	if pd.td != nil {
 		pd.td.refs.drop()

@@ -53,10 +53,11 @@ type Progressor interface {
 // PostSend holds the QP's lock, straight from the caller's work request,
 // when the send queue is idle. (On a QP of a thread domain, OneSided may
 // instead come from the poster's section, which excludes the lock's
-// holders as the lock does: nothing else about it changes.) Such a request skips the hand-over to the
-// transmitter (a second round trip on the lock, the transmitter's
-// bookkeeping), and its WQE is filled after it went out: on a shared-memory
-// ring this took about a tenth off an 8-byte message's latency.
+// holders as the lock does: nothing else about it changes.) Such a
+// request skips the hand-over to the transmitter (a second round trip on
+// the lock, the transmitter's bookkeeping), and its WQE is filled after it
+// went out: on a shared-memory ring this took about a tenth off an 8-byte
+// message's latency.
 //
 // SendDirect gets the request (already checked), its payload resolved (n
 // bytes in payload; a READ's sink, checked for local write access) and its
