@@ -7,22 +7,6 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// spin busy-polls cq for one completion.
-func spin(ctx context.Context, cq *verbs.CQ, wc []verbs.WC) error {
-	for i := 0; ; i++ {
-		n, err := cq.Poll(wc[:1])
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			return wc[0].Err()
-		}
-		if i&0xfff == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
-}
-
 // bwQP is one QP of a bandwidth run.
 type bwQP struct {
 	qp    *verbs.QP
@@ -34,6 +18,9 @@ type bwQP struct {
 	// may be ahead of it.
 	credit  []byte
 	rxDepth int
+	// ev is the event mode of the run (nil: polled), the same for every
+	// QP of the run.
+	ev *events
 
 	posted, done int
 	lastSig      bool // the last request posted was signaled
@@ -48,7 +35,7 @@ func (s *side) bwQP(c *Config) *bwQP {
 	case "read_bw":
 		op = verbs.WRRDMARead
 	}
-	k := &bwQP{qp: s.id.QP(), scq: s.id.SendCQ(), wr: make([]verbs.SendWR, max(c.PostList, 1))}
+	k := &bwQP{qp: s.id.QP(), scq: s.id.SendCQ(), wr: make([]verbs.SendWR, max(c.PostList, 1)), ev: s.ev}
 	for i := range k.wr {
 		k.wr[i] = verbs.SendWR{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}, RemoteAddr: s.raddr, RKey: s.rkey}
 	}
@@ -83,7 +70,7 @@ func warmUp(ctx context.Context, c *Config, ks []*bwQP) error {
 					return err
 				}
 			}
-			if err := spin(ctx, k.scq, wc); err != nil {
+			if err := k.ev.one(ctx, k.scq, wc); err != nil {
 				return err
 			}
 			left -= n
@@ -195,14 +182,21 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 		}
 		return ctx.Err()
 	}
+	ev := ks[0].ev
 	for i := 0; ; i++ {
 		busy := false
+		// Event mode: a round that neither posted nor completed anything
+		// blocks, if every QP waits for the completion of a signaled
+		// request (not for a receiver's credit, which comes as a WRITE
+		// and raises no event here).
+		idle := ev != nil
 		for _, k := range ks {
 			depth := c.TxDepth
 			if k.depth > 0 {
 				depth = min(depth, k.depth)
 			}
 			mod := max(1, min(c.CQMod, depth))
+			before := k.posted
 			if len(k.wr) == 1 && k.credit == nil {
 				if err := k.postEach(c, depth, mod, timed, &stop, &moved, look); err != nil {
 					return res, err
@@ -273,9 +267,19 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 			total += covered - k.done
 			k.done = covered
 			busy = busy || mayPost(k) || k.done < k.posted
+			if idle && (n > 0 || k.posted != before ||
+				k.posted > k.done && (!k.lastSig || k.posted-k.done < depth && mayPost(k)) ||
+				k.posted == k.done && mayPost(k)) {
+				idle = false
+			}
 		}
 		if !busy {
 			break
+		}
+		if idle {
+			if err := ev.block(ctx); err != nil {
+				return res, err
+			}
 		}
 		if i&0xff == 0 || moved >= lookBytes {
 			if err := look(); err != nil {
@@ -285,6 +289,7 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 	}
 	el := time.Since(start)
 	res.Iters = total
+	res.Events = ev.count()
 	res.AvgMBs = float64(total) * float64(c.Size) / el.Seconds() / 1e6
 	res.MsgRate = float64(total) / el.Seconds() / 1e6
 	res.PeakMBs = res.AvgMBs

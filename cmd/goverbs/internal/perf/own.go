@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -32,21 +33,30 @@ type side struct {
 	// the peer's buffer
 	raddr uint64
 	rkey  uint32
+	// ev is the event mode of the side's run (nil: polled), shared by
+	// the sides of one run.
+	ev *events
 }
 
 // The private data of goverbs' own protocol: addr, rkey, size, iterations,
 // QPs, then warm-up iterations (a peer that sends only pdLen bytes asks for
 // none), then the duration in milliseconds and cq_mod (which only the
 // client uses: they are there for the server's Match) and the test (its
-// index in Tests plus one).
+// index in Tests plus one), then flags (pdImm).
 const (
-	pdLen     = 8 + 4 + 4 + 4 + 4
-	pdWarmLen = pdLen + 4
-	pdFullLen = pdWarmLen + 4 + 4 + 4
+	pdLen      = 8 + 4 + 4 + 4 + 4
+	pdWarmLen  = pdLen + 4
+	pdFullLen  = pdWarmLen + 4 + 4 + 4
+	pdFlagsLen = pdFullLen + 4
 )
 
+// pdImm, in the flags of the private data, says that write_lat's messages
+// are RDMA WRITEs with immediate data (a client in event mode), each
+// consuming a receive at its target.
+const pdImm = 1
+
 func (s *side) privateData(c *Config) []byte {
-	b := make([]byte, pdFullLen)
+	b := make([]byte, pdFlagsLen)
 	binary.BigEndian.PutUint64(b, s.mr.Addr())
 	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
 	binary.BigEndian.PutUint32(b[12:], uint32(c.Size))
@@ -56,6 +66,9 @@ func (s *side) privateData(c *Config) []byte {
 	binary.BigEndian.PutUint32(b[28:], uint32(min(c.Duration.Milliseconds(), math.MaxUint32)))
 	binary.BigEndian.PutUint32(b[32:], uint32(c.CQMod))
 	binary.BigEndian.PutUint32(b[36:], uint32(slices.Index(Tests, c.Test)+1))
+	if c.imm() {
+		binary.BigEndian.PutUint32(b[40:], pdImm)
+	}
 	return b
 }
 
@@ -149,6 +162,7 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 			c.Duration = time.Duration(binary.BigEndian.Uint32(pd[28:])) * time.Millisecond
 			c.CQMod = int(binary.BigEndian.Uint32(pd[32:]))
 		}
+		c.peerImm = len(pd) >= pdFlagsLen && binary.BigEndian.Uint32(pd[40:])&pdImm != 0
 	}
 	err = c.checkOwn()
 	if len(pd) >= pdFullLen {
@@ -168,6 +182,8 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 		req.Close()
 		return err
 	}
+	ev := newEvents(&c)
+	defer ev.close() // after the sides (deferred later, run earlier)
 	var ss []*side
 	defer func() {
 		for _, s := range ss {
@@ -180,7 +196,7 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 				return err
 			}
 		}
-		s := &side{id: req}
+		s := &side{id: req, ev: ev}
 		ss = append(ss, s)
 		if err := s.accept(ctx, &c); err != nil {
 			return err
@@ -195,7 +211,12 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 // accept answers the connection request of s.
 func (s *side) accept(ctx context.Context, c *Config) error {
 	req := s.id
-	if err := req.CreateQP(nil, *qpAttr(c)); err != nil {
+	attr := qpAttr(c)
+	if err := s.ev.attach(req.Context(), attr); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if err := req.CreateQP(nil, *attr); err != nil {
 		req.Reject(nil)
 		return err
 	}
@@ -233,10 +254,20 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 				got += n
 				progressed = progressed || n > 0
 			}
-			if !progressed && ctx.Err() != nil {
+			if progressed {
+				continue
+			}
+			if ev := ss[0].ev; ev != nil {
+				if err := ev.block(ctx); err != nil {
+					return err
+				}
+			} else if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
+	}
+	if ss[0].ev != nil {
+		return awaitLeave(ctx, ss)
 	}
 	// Keep every connection progressing (polled mode) until the client
 	// has left them all.
@@ -264,12 +295,28 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 	}
 }
 
+// awaitLeave waits, without polling, until the client has left every
+// connection of ss (event mode: the armed CQs let the connections progress
+// by themselves).
+func awaitLeave(ctx context.Context, ss []*side) error {
+	for _, s := range ss {
+		select {
+		case <-s.id.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // Run connects to the server at addr (Config.QPs connections), measures
 // and returns the result.
 func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	if err := c.checkOwn(); err != nil {
 		return Result{}, err
 	}
+	ev := newEvents(&c)
+	defer ev.close() // after the sides (deferred later, run earlier)
 	var ss []*side
 	defer func() {
 		for _, s := range ss {
@@ -281,12 +328,16 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		s := &side{id: id}
+		s := &side{id: id, ev: ev}
 		ss = append(ss, s)
 		if err := s.threadDomain(&c); err != nil {
 			return Result{}, err
 		}
-		if err := id.CreateQP(s.pd, *qpAttr(&c)); err != nil {
+		attr := qpAttr(&c)
+		if err := ev.attach(id.Context(), attr); err != nil {
+			return Result{}, err
+		}
+		if err := id.CreateQP(s.pd, *attr); err != nil {
 			return Result{}, err
 		}
 		if err := s.register(&c); err != nil {
@@ -296,7 +347,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 			return Result{}, err
 		}
 		err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
-			Extensions: c.Test == "atomic_lat"})
+			Extensions: c.Test == "atomic_lat" || c.imm()})
 		if err != nil {
 			return Result{}, refused(err)
 		}
@@ -319,6 +370,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	}
 	if err == nil {
 		r.Device = ss[0].id.Context().Device().Name()
+		r.Events = ev.count()
 		for _, s := range ss {
 			s.id.Disconnect()
 		}
@@ -387,8 +439,15 @@ func (s *side) prepost(c *Config) error {
 		n = 1
 	case "send_bw":
 		n = c.Iters
+	case "write_lat":
+		if c.imm() {
+			n = 1
+		}
 	}
 	wr := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+	if c.Test == "write_lat" {
+		wr[0].SGList = nil // a WRITE's immediate data consumes a receive, no bytes
+	}
 	for range n {
 		if err := s.id.QP().PostRecv(wr); err != nil {
 			return err
@@ -408,7 +467,7 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 		}
 		recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
 		for range c.Warmup + c.Iters {
-			if err := spin(ctx, s.id.RecvCQ(), wc); err != nil {
+			if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
 				return err
 			}
 			s.id.QP().PostRecv(recv)
@@ -417,7 +476,9 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 			}
 		}
 	case "write_lat":
-		return s.writePingPong(ctx, c, false, nil)
+		if err := s.writePingPong(ctx, c, false, nil); err != nil {
+			return err
+		}
 	case "send_bw":
 		for got := 0; got < c.Iters; {
 			n, err := s.id.RecvCQ().Poll(wc)
@@ -430,14 +491,26 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 				}
 			}
 			got += n
-			if n == 0 && ctx.Err() != nil {
+			if n > 0 {
+				continue
+			}
+			if s.ev != nil {
+				if err := s.ev.block(ctx); err != nil {
+					return err
+				}
+			} else if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
 	}
-	// The other tests are one-sided. A software RNIC needs a running
-	// receiver: busy-poll the CQ (polled mode reads the socket) until the
-	// client leaves, as the active side does.
+	// The other tests are one-sided, and the last message of a ping-pong
+	// may still be on its way when the loop ends. A software RNIC needs a
+	// running receiver: busy-poll the CQ (polled mode reads the socket)
+	// until the client leaves, as the active side does; in event mode the
+	// armed CQs leave the connection to progress by itself.
+	if s.ev != nil {
+		return awaitLeave(ctx, []*side{s})
+	}
 	done := s.id.Done()
 	for i := 0; ; i++ {
 		s.id.RecvCQ().Poll(wc)
@@ -456,19 +529,43 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 // writePingPong exchanges RDMA WRITEs carrying an iteration counter in the
 // last 8 bytes of the message; each side polls its buffer for the next
 // value (perftest's write_lat), polling its CQ too so that the transport
-// makes progress.
+// makes progress. With immediate data (Config.imm: a client in event
+// mode) each WRITE also consumes a receive at its target, whose
+// completion is what the target waits for, blocking in event mode; the
+// counter is then checked, not polled.
 func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps) error {
 	size := markSize(c.Size)
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{s.mr.SGE(size, size)}, RemoteAddr: s.raddr, RKey: s.rkey}}
 	if size <= 64 {
 		wr[0].Flags |= verbs.SendInline
 	}
+	imm := c.imm()
+	if imm {
+		wr[0].Opcode = verbs.WRRDMAWriteWithImm
+	}
+	recv := []verbs.RecvWR{{}}
 	wc := make([]verbs.WC, 16)
 	mark := s.buf[size-8 : size]
 	out := s.buf[2*size-8 : 2*size]
 	wait := func(want uint64) error {
+		if imm {
+			if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
+				return err
+			}
+			if err := s.id.QP().PostRecv(recv); err != nil {
+				return err
+			}
+					if got := load64(mark); got != want {
+				return fmt.Errorf("perf: write_lat: the completion of WRITE %d came with the counter at %d", want, got)
+			}
+			return nil
+		}
 		for i := 0; load64(mark) != want; i++ {
-			s.id.SendCQ().Poll(wc)
+			if s.ev == nil {
+				s.id.SendCQ().Poll(wc) // polled mode: the poll progresses the connection
+			} else if i&0x3f == 0x3f {
+				runtime.Gosched() // event mode: the connection's goroutine needs a CPU
+			}
 			if i&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -527,7 +624,7 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := spin(ctx, s.id.RecvCQ(), wc); err != nil {
+				if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
 					return res, err
 				}
 				s.id.QP().PostRecv(recv)
@@ -551,7 +648,7 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := spin(ctx, s.id.SendCQ(), wc); err != nil {
+				if err := s.ev.one(ctx, s.id.SendCQ(), wc); err != nil {
 					return res, err
 				}
 			}

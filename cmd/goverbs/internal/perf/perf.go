@@ -10,7 +10,8 @@
 // TxDepth work requests in flight, count the bytes of the completions
 // polled, and divide by the elapsed time; the peak is the best window of at
 // least a twentieth of the run and 5 ms. Every poll loop busy-polls
-// (polled mode).
+// (polled mode), or in event mode (Config.Events, perftest's -e) blocks on
+// a completion channel between polls.
 package perf
 
 import (
@@ -55,6 +56,17 @@ type Config struct {
 	// the connection's first use too (over shm, the mapping of the
 	// peer's memory).
 	Warmup int
+	// Events makes the measuring loops of this side block for completions
+	// the C way, as perftest's -e does: ReqNotify, CompChannel.GetEvent,
+	// AckEvents, Poll (see events.go). Each side decides for itself; a
+	// server does not learn it from its client. write_lat of goverbs'
+	// protocol then signals each message with an RDMA WRITE with
+	// immediate data, whose receive completion is what the peer blocks
+	// for (a plain WRITE completes at the target without any event).
+	Events bool
+	// peerImm is set on a server whose client runs write_lat with
+	// immediate data (see Config.imm).
+	peerImm bool
 	// Source, when set, is the local address a client connects from
 	// (rdmacm.CreateIDFrom; RoCE: it chooses the device).
 	Source string
@@ -106,6 +118,16 @@ type Result struct {
 	PeakMBs float64 `json:"bw_peak_mb_s,omitempty"`
 	AvgMBs  float64 `json:"bw_avg_mb_s,omitempty"`
 	MsgRate float64 `json:"msg_rate_mpps,omitempty"`
+	// Events is the number of completion events the measuring side took
+	// (GetEvent returns) in event mode, warm-up included; zero when it
+	// polled.
+	Events int64 `json:"events,omitempty"`
+}
+
+// imm reports whether write_lat's messages are RDMA WRITEs with immediate
+// data: the client decides it (its event mode), the server follows.
+func (c *Config) imm() bool {
+	return c.Test == "write_lat" && (c.Events || c.peerImm)
 }
 
 func (c *Config) lat() bool {

@@ -231,6 +231,9 @@ type ptSession struct {
 	cycle  int
 	client bool
 	credit bool // send_bw: receiver credits (iWARP)
+	// ev is the event mode of the data QPs (nil: polled); the control
+	// connection waits as before.
+	ev *events
 }
 
 func (p *ptSession) close() {
@@ -245,6 +248,7 @@ func (p *ptSession) close() {
 	if p.comm != nil {
 		p.comm.close()
 	}
+	p.ev.close()
 }
 
 func ptQPAttr(c *Config) verbs.QPInitAttr {
@@ -370,7 +374,12 @@ func (p *ptSession) dial(ctx context.Context, addr string) (*rdmacm.ID, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := id.CreateQP(nil, ptQPAttr(p.c)); err != nil {
+		attr := ptQPAttr(p.c)
+		if err := p.ev.attach(id.Context(), &attr); err != nil {
+			id.Close()
+			return nil, err
+		}
+		if err := id.CreateQP(nil, attr); err != nil {
 			id.Close()
 			return nil, err
 		}
@@ -387,7 +396,13 @@ func (p *ptSession) accept(ctx context.Context, ln *rdmacm.ID) (*rdmacm.ID, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := req.CreateQP(nil, ptQPAttr(p.c)); err != nil {
+	attr := ptQPAttr(p.c)
+	if err := p.ev.attach(req.Context(), &attr); err != nil {
+		req.Reject(nil)
+		req.Close()
+		return nil, err
+	}
+	if err := req.CreateQP(nil, attr); err != nil {
 		req.Reject(nil)
 		req.Close()
 		return nil, err
@@ -430,7 +445,7 @@ func (p *ptSession) dests(ctx context.Context) error {
 
 // ptBegin connects the control connection and runs the common prefix.
 func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSession, error) {
-	p := &ptSession{c: c, client: ln == nil, cycle: ptCycle}
+	p := &ptSession{c: c, client: ln == nil, cycle: ptCycle, ev: newEvents(c)}
 	var id *rdmacm.ID
 	var err error
 	if p.client {
@@ -486,6 +501,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 		return r, err
 	}
 	r.Device = p.comm.id.Context().Device().Name()
+	r.Events = p.ev.count()
 	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {
 		q.id.Disconnect()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -110,6 +111,9 @@ func (p *ptSession) run(ctx context.Context) (Result, error) {
 }
 
 func (p *ptSession) dataCQs() []*verbs.CQ {
+	if p.ev != nil {
+		return nil // armed, the connections progress by themselves
+	}
 	var cqs []*verbs.CQ
 	for _, q := range p.qps {
 		cqs = append(cqs, q.id.SendCQ(), q.id.RecvCQ())
@@ -188,16 +192,10 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 				}
 				if p.credit && (got[i]%rx)%creditEvery == 0 {
 					for inflight[i] >= c.TxDepth {
-						m, err := q.id.SendCQ().Poll(wc[:1])
-						if err != nil {
+						if err := p.ev.one(ctx, q.id.SendCQ(), wc); err != nil {
 							return err
 						}
-						if m == 1 {
-							if err := wc[0].Err(); err != nil {
-								return err
-							}
-							inflight[i]--
-						}
+						inflight[i]--
 					}
 					binary.LittleEndian.PutUint32(q.buf[0:4], uint32(got[i]))
 					err := q.id.QP().PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
@@ -220,7 +218,11 @@ func (p *ptSession) sendBWServer(ctx context.Context) error {
 			}
 		}
 		if !progressed {
-			if ctx.Err() != nil {
+			if p.ev != nil {
+				if err := p.ev.block(ctx); err != nil {
+					return err
+				}
+			} else if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if c.Progress != nil && time.Since(lastShow) > 200*time.Millisecond {
@@ -243,7 +245,7 @@ func (p *ptSession) bw(ctx context.Context, res Result) (Result, error) {
 		op = verbs.WRRDMARead
 	}
 	for i, q := range p.qps {
-		k := &bwQP{qp: q.id.QP(), scq: q.id.SendCQ()}
+		k := &bwQP{qp: q.id.QP(), scq: q.id.SendCQ(), ev: p.ev}
 		k.wr = []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{q.mr.SGE(0, p.c.Size)}}}
 		if op != verbs.WRSend {
 			k.wr[0].RemoteAddr, k.wr[0].RKey = q.rem.VAddr, q.rem.RKey
@@ -274,7 +276,7 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 	start := time.Now()
 	for i := range c.Iters {
 		if !p.client || i > 0 {
-			if err := spin(ctx, q.id.RecvCQ(), wc); err != nil {
+			if err := p.ev.one(ctx, q.id.RecvCQ(), wc); err != nil {
 				return res, err
 			}
 			if err := q.id.QP().PostRecv(recv); err != nil {
@@ -285,13 +287,13 @@ func (p *ptSession) sendLat(ctx context.Context, res Result) (Result, error) {
 			return res, err
 		}
 		l.stamp() // after the post: see laps
-		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
+		if err := p.ev.one(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		p.c.progress(i+1, start)
 	}
 	if p.client {
-		if err := spin(ctx, q.id.RecvCQ(), wc); err != nil {
+		if err := p.ev.one(ctx, q.id.RecvCQ(), wc); err != nil {
 			return res, err
 		}
 		l.stamp()
@@ -315,7 +317,11 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 	wc := make([]verbs.WC, 4)
 	wait := func(want byte) error {
 		for k := 0; load8(poll) != want; k++ {
-			q.id.SendCQ().Poll(wc)
+			if p.ev == nil {
+				q.id.SendCQ().Poll(wc) // polled mode: the poll progresses the connection
+			} else if k&0x3f == 0x3f {
+				runtime.Gosched() // event mode: the connection's goroutine needs a CPU
+			}
 			if k&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -341,7 +347,7 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 			return res, err
 		}
 		l.stamp() // after the post: see laps
-		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
+		if err := p.ev.one(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		p.c.progress(i, start)
@@ -373,7 +379,7 @@ func (p *ptSession) readLat(ctx context.Context, res Result) (Result, error) {
 		if err := q.id.QP().PostSend(wr); err != nil {
 			return res, err
 		}
-		if err := spin(ctx, q.id.SendCQ(), wc); err != nil {
+		if err := p.ev.one(ctx, q.id.SendCQ(), wc); err != nil {
 			return res, err
 		}
 		d = append(d, time.Since(t0))
