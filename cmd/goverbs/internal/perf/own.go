@@ -555,7 +555,7 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 			if err := s.id.QP().PostRecv(recv); err != nil {
 				return err
 			}
-					if got := load64(mark); got != want {
+			if got := load64(mark); got != want {
 				return fmt.Errorf("perf: write_lat: the completion of WRITE %d came with the counter at %d", want, got)
 			}
 			return nil
