@@ -24,6 +24,7 @@ type bwQP struct {
 
 	posted, done int
 	lastSig      bool // the last request posted was signaled
+	sigTo        int  // the requests up to the last signaled one posted (its index plus one)
 	unsig        int  // requests posted unsignaled since the last signaled one
 }
 
@@ -108,36 +109,38 @@ func (k *bwQP) postEach(c *Config, depth, mod int, timed bool, stop *bool, moved
 	qp, wr := k.qp, (*[1]verbs.SendWR)(k.wr)
 	flags := wr[0].Flags &^ verbs.SendSignaled
 	sig := k.lastSig
+	sigTo := k.sigTo
 	for p < end && !*stop {
 		wr[0].WRID, wr[0].Flags = uint64(p), flags
 		if sig = p == sigAt; sig {
 			wr[0].Flags = flags | verbs.SendSignaled
+			sigTo = p + 1
 			sigAt = p + mod
 			if last >= p {
 				sigAt = min(sigAt, last)
 			}
 		}
 		if err := qp.PostSend(wr[:]); err != nil {
-			k.setPosted(p, sigAt, mod, sig)
+			k.setPosted(p, sigAt, mod, sig, sigTo)
 			return err
 		}
 		p++
 		if *moved += c.Size; *moved >= lookBytes {
-			k.setPosted(p, sigAt, mod, sig)
+			k.setPosted(p, sigAt, mod, sig, sigTo)
 			if err := look(); err != nil {
 				return err
 			}
 		}
 	}
-	k.setPosted(p, sigAt, mod, sig)
+	k.setPosted(p, sigAt, mod, sig, sigTo)
 	return nil
 }
 
 // setPosted records postEach's progress: p requests posted, the next
 // signaled one sigAt (as the count of unsignaled ones the general loop
-// keeps), the last one signaled or not.
-func (k *bwQP) setPosted(p, sigAt, mod int, sig bool) {
-	k.posted, k.unsig, k.lastSig = p, max(mod-1-(sigAt-p), 0), sig
+// keeps), the last one signaled or not, and sigTo (bwQP.sigTo).
+func (k *bwQP) setPosted(p, sigAt, mod int, sig bool, sigTo int) {
+	k.posted, k.unsig, k.lastSig, k.sigTo = p, max(mod-1-(sigAt-p), 0), sig, sigTo
 }
 
 // deadlineClock is what a timed run's deadline is checked against (a test
@@ -232,6 +235,9 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 						w.Flags |= verbs.SendSignaled
 					}
 					k.lastSig = sig
+					if sig {
+						k.sigTo = p + 1
+					}
 					m++
 				}
 				if m == 0 {
@@ -267,9 +273,11 @@ func bandwidth(ctx context.Context, c *Config, ks []*bwQP, res Result) (Result, 
 			total += covered - k.done
 			k.done = covered
 			busy = busy || mayPost(k) || k.done < k.posted
+			// This QP waits for an event if a signaled request is
+			// outstanding and no more may be posted, or if it is done.
 			if idle && (n > 0 || k.posted != before ||
-				k.posted > k.done && (!k.lastSig || k.posted-k.done < depth && mayPost(k)) ||
-				k.posted == k.done && mayPost(k)) {
+				k.sigTo <= k.done && k.posted > k.done ||
+				k.posted-k.done < depth && mayPost(k)) {
 				idle = false
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -162,7 +161,7 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 			c.Duration = time.Duration(binary.BigEndian.Uint32(pd[28:])) * time.Millisecond
 			c.CQMod = int(binary.BigEndian.Uint32(pd[32:]))
 		}
-		c.peerImm = len(pd) >= pdFlagsLen && binary.BigEndian.Uint32(pd[40:])&pdImm != 0
+		c.withImm = len(pd) >= pdFlagsLen && binary.BigEndian.Uint32(pd[40:])&pdImm != 0
 	}
 	err = c.checkOwn()
 	if len(pd) >= pdFullLen {
@@ -315,6 +314,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 	if err := c.checkOwn(); err != nil {
 		return Result{}, err
 	}
+	c.withImm = c.Events // write_lat: see Config.imm
 	ev := newEvents(&c)
 	defer ev.close() // after the sides (deferred later, run earlier)
 	var ss []*side
@@ -560,12 +560,14 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 			}
 			return nil
 		}
+		// Polling the CQ progresses the connection (its sends are
+		// unsignaled: the poll takes nothing). In event mode too: a
+		// goroutine that spins on memory, even yielding, would leave the
+		// connection's own goroutine to be woken by the runtime's
+		// netpoller only every 10 ms (the scheduler looks at the network
+		// only when it runs out of work, or from sysmon), as seen.
 		for i := 0; load64(mark) != want; i++ {
-			if s.ev == nil {
-				s.id.SendCQ().Poll(wc) // polled mode: the poll progresses the connection
-			} else if i&0x3f == 0x3f {
-				runtime.Gosched() // event mode: the connection's goroutine needs a CPU
-			}
+			s.id.SendCQ().Poll(wc)
 			if i&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -64,9 +64,9 @@ type Config struct {
 	// immediate data, whose receive completion is what the peer blocks
 	// for (a plain WRITE completes at the target without any event).
 	Events bool
-	// peerImm is set on a server whose client runs write_lat with
-	// immediate data (see Config.imm).
-	peerImm bool
+	// withImm: write_lat's messages are RDMA WRITEs with immediate data
+	// (Config.imm).
+	withImm bool
 	// Source, when set, is the local address a client connects from
 	// (rdmacm.CreateIDFrom; RoCE: it chooses the device).
 	Source string
@@ -125,9 +125,10 @@ type Result struct {
 }
 
 // imm reports whether write_lat's messages are RDMA WRITEs with immediate
-// data: the client decides it (its event mode), the server follows.
+// data: the client decides it (its event mode: Run sets withImm), the
+// server follows (Serve sets it from the client's private data).
 func (c *Config) imm() bool {
-	return c.Test == "write_lat" && (c.Events || c.peerImm)
+	return c.Test == "write_lat" && c.withImm
 }
 
 func (c *Config) lat() bool {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -316,12 +315,11 @@ func (p *ptSession) writeLat(ctx context.Context, res Result) (Result, error) {
 	poll := q.buf[q.b+c.Size-1:]
 	wc := make([]verbs.WC, 4)
 	wait := func(want byte) error {
+		// The poll of the CQ progresses the connection, in event mode
+		// too (see side.writePingPong); it takes nothing: the WRITE's
+		// own completion was waited for after its post.
 		for k := 0; load8(poll) != want; k++ {
-			if p.ev == nil {
-				q.id.SendCQ().Poll(wc) // polled mode: the poll progresses the connection
-			} else if k&0x3f == 0x3f {
-				runtime.Gosched() // event mode: the connection's goroutine needs a CPU
-			}
+			q.id.SendCQ().Poll(wc)
 			if k&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
