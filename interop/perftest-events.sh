@@ -49,6 +49,13 @@ ptev() { case $1 in write_*) ;; *) printf '%s\n' -e ;; esac; }
 # stop_guest: end the guest's perftest this script started, if it still runs.
 stop_guest() { "$LAB" exec "[ -s /tmp/pt-ev-$PORT.pid ] && kill \$(cat /tmp/pt-ev-$PORT.pid) 2>/dev/null; rm -f /tmp/pt-ev-$PORT.pid; true" >/dev/null 2>&1; }
 
+# free_roce: wait up to a minute for UDP port 4791 of the host's rxe-side
+# address, which one process at a time holds (others share the lab).
+free_roce() {
+	"$LAB" host "for i in \$(seq 600); do ss -lun | grep -q '10.78.0.1:4791 ' || exit 0; sleep 0.1; done; exit 1" >/dev/null ||
+		echo "     (UDP 10.78.0.1:4791 is still held by another process)"
+}
+
 for D in $DEVS; do
 	case $D in
 	siw0) HOST=10.77.0.1 GUEST=10.77.0.2 GV="-d iwarp0" ;;
@@ -60,6 +67,7 @@ for D in $DEVS; do
 			[ "$T" = atomic_lat ] && [ "$D" != rxe0 ] && continue
 			[ "$T" = atomic_lat ] && [ "$S" != 8 ] && continue # perftest's atomics are 8 bytes
 			N=$(iters "$T"); E=$(ptev "$T")
+			[ "$D" = rxe0 ] && free_roce
 			# goverbs client -> perftest server
 			"$LAB" exec "rm -f /tmp/pt-ev-$PORT.log; (timeout 90 ib_$T -R $E -d $D -p $PORT -s $S -n $N > /tmp/pt-ev-$PORT.log 2>&1; echo rc=\$? >> /tmp/pt-ev-$PORT.log) & echo \$! > /tmp/pt-ev-$PORT.pid" >/dev/null
 			"$LAB" exec "for i in \$(seq 150); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
@@ -70,6 +78,7 @@ for D in $DEVS; do
 			stop_guest
 			result "goverbs perf $T -R -e  ->  ib_$T -R $E ($D)   -s $S -n $N" $rc
 
+			[ "$D" = rxe0 ] && free_roce
 			# perftest client -> goverbs server
 			"$LAB" host "rm -f $BIN/srv.log; (timeout 90 $BIN/goverbs perf $T -R -e --server $GV -p $PORT -s $S -n $N > $BIN/srv.log 2>&1; echo rc=\$? >> $BIN/srv.log) &" >/dev/null
 			"$LAB" host "for i in \$(seq 100); do grep -q 'waiting for a client' $BIN/srv.log 2>/dev/null && exit 0; sleep 0.05; done; exit 1" >/dev/null
