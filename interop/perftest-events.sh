@@ -6,13 +6,10 @@
 #   interop/perftest-events.sh                     every case, both roles
 #   DEVS=rxe0 TESTS="send_lat atomic_lat" SIZES=8 interop/perftest-events.sh
 #   PORT=7580 interop/perftest-events.sh           another rdma_cm port
-#   RXE_HOST=10.78.0.75 interop/perftest-events.sh  another host address
-#       on the rxe side (one process at a time holds UDP 4791 of an
-#       address: add it first, ip addr add 10.78.0.75/24 dev vmtap1)
 #
 # goverbs runs on the host inside the lab's network namespace: over siw0
 # as device iwarp0 from 10.77.0.1, over rxe0 as a RoCE device bound to
-# 10.78.0.1 (-B; RXE_HOST); perftest runs in the guest (10.77.0.2 / 10.78.0.2).
+# 10.78.0.1 (-B); perftest runs in the guest (10.77.0.2 / 10.78.0.2).
 # Each case runs in both roles, goverbs client against a perftest server
 # and the other way round. perftest refuses -e for its WRITE tests
 # ("Events feature not available on WRITE verb"): there only goverbs runs
@@ -29,7 +26,6 @@ DEVS=${DEVS:-"siw0 rxe0"}
 TESTS=${TESTS:-"send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw"}
 SIZES=${SIZES:-"8 65536"}
 PORT=${PORT:-7581}
-RXE_HOST=${RXE_HOST:-10.78.0.1}
 LOGS=${LOGS:-$BIN/logs}
 export PATH="/usr/local/go/bin:$PATH"
 mkdir -p "$BIN" "$LOGS"
@@ -56,14 +52,14 @@ stop_guest() { "$LAB" exec "[ -s /tmp/pt-ev-$PORT.pid ] && kill \$(cat /tmp/pt-e
 # free_roce: wait up to a minute for UDP port 4791 of the host's rxe-side
 # address, which one process at a time holds (others share the lab).
 free_roce() {
-	"$LAB" host "for i in \$(seq 600); do ss -lun | grep -q '$RXE_HOST:4791 ' || exit 0; sleep 0.1; done; exit 1" >/dev/null ||
-		echo "     (UDP $RXE_HOST:4791 is still held by another process)"
+	"$LAB" host "for i in \$(seq 600); do ss -lun | grep -q '10.78.0.1:4791 ' || exit 0; sleep 0.1; done; exit 1" >/dev/null ||
+		echo "     (UDP 10.78.0.1:4791 is still held by another process)"
 }
 
 for D in $DEVS; do
 	case $D in
 	siw0) HOST=10.77.0.1 GUEST=10.77.0.2 GV="-d iwarp0" ;;
-	rxe0) HOST=$RXE_HOST GUEST=10.78.0.2 GV="-B $RXE_HOST" ;;
+	rxe0) HOST=10.78.0.1 GUEST=10.78.0.2 GV="-B 10.78.0.1" ;;
 	*) echo "$0: device $D: siw0 or rxe0" >&2; exit 2 ;;
 	esac
 	for S in $SIZES; do
