@@ -1,0 +1,281 @@
+package roce_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// A scripted peer: a UDP socket on port 4791 of a loopback address with no
+// goverbs device, to which a goverbs RC QP is connected. The test plays the
+// other end packet by packet, as Linux rxe sends them (its retransmission
+// rules, its READ retries from a mid-message PSN), and reads what goverbs
+// answers: the IB transport's rules against a peer that is not goverbs.
+type peer struct {
+	t       *testing.T
+	c       *net.UDPConn
+	addr    netip.Addr // the peer's
+	to      netip.Addr // goverbs' device
+	qpn     uint32     // the goverbs QP
+	crc     ib.Scratch
+	x       *conformance.Side
+	rpsn    uint32 // the PSN of the peer's next request
+	buf     [9000]byte
+	pkt     ib.Packet
+	pending []byte
+}
+
+const peerQPN = 0x4242 // the peer's QP number (never looked up)
+
+// peerAddr is a third loopback address of this process's own, no device's.
+var peerAddr = func() netip.Addr {
+	a := testAddrs[0].As4()
+	a[3] = 3
+	return netip.AddrFrom4(a)
+}()
+
+// newPeer connects a new goverbs RC QP on the first test device to a
+// scripted peer; the goverbs side's PSNs start at spsn, the peer's at
+// rpsn, with ACK timeout t (4.096 µs × 2^t).
+func newPeer(t *testing.T, spsn, rpsn uint32, timeout uint8) *peer {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peerAddr, ib.UDPPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// IP ID 0 and DF, which the ICRC of a received packet is checked as.
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		})
+	}
+	ca, _ := fixture{}.Open(t)
+	o := conformance.PairOpts{BufSize: 256 << 10, CQE: 256, NoConnect: true,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	x := conformance.NewSide(t, ca, verbs.QPTRC, o)
+	gid := verbs.GID(netip.AddrFrom16(peerAddr.As16()).As16())
+	steps := []struct {
+		a verbs.QPAttr
+		m verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: peerQPN, RQPSN: rpsn, MaxDestRdAtomic: 16, MinRnrTimer: 1,
+			AHAttr: verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer},
+		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: spsn, Timeout: timeout, RetryCnt: 7, RnrRetry: 7, MaxRdAtomic: 16},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic},
+	}
+	for _, st := range steps {
+		if err := x.QP.Modify(&st.a, st.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &peer{t: t, c: c, addr: peerAddr, to: testAddrs[0], qpn: x.QP.Num(), x: x, rpsn: rpsn}
+}
+
+// send sends one packet: BTH of op for psn, then ext (extension headers)
+// and payload, with its ICRC.
+func (p *peer) send(op ib.Opcode, psn uint32, ackReq bool, ext, payload []byte) {
+	p.t.Helper()
+	pad := ib.Pad(len(payload))
+	pkt := make([]byte, ib.BTHLen, ib.BTHLen+len(ext)+len(payload)+pad+ib.ICRCLen)
+	ib.PutBTH(pkt, op, false, pad, 0xFFFF, p.qpn, ackReq, psn)
+	pkt = append(pkt, ext...)
+	pkt = append(pkt, payload...)
+	pkt = append(pkt, make([]byte, pad)...)
+	crc := p.crc.V4(p.addr.As4(), p.to.As4(), ib.UDPPort, ib.UDPPort, 0, true, pkt)
+	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
+	if _, err := p.c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(p.to, ib.UDPPort)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// reth is an RDMA extended transport header.
+func reth(va uint64, rkey, n uint32) []byte {
+	b := binary.BigEndian.AppendUint64(nil, va)
+	b = binary.BigEndian.AppendUint32(b, rkey)
+	return binary.BigEndian.AppendUint32(b, n)
+}
+
+// aeth is an ACK extended transport header.
+func aeth(syndrome uint8, msn uint32) []byte {
+	return binary.BigEndian.AppendUint32(nil, uint32(syndrome)<<24|msn&0xFFFFFF)
+}
+
+// recv returns the next packet goverbs sends the peer, or nil after d.
+func (p *peer) recv(d time.Duration) *ib.Packet {
+	p.t.Helper()
+	p.c.SetReadDeadline(time.Now().Add(d))
+	n, from, err := p.c.ReadFromUDPAddrPort(p.buf[:])
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		p.t.Fatal(err)
+	}
+	if n < ib.BTHLen+ib.ICRCLen {
+		p.t.Fatalf("a %d-byte datagram", n)
+	}
+	body := p.buf[:n-ib.ICRCLen]
+	if !p.crc.CheckV4(p.to.As4(), p.addr.As4(), from.Port(), ib.UDPPort, body, binary.LittleEndian.Uint32(p.buf[n-ib.ICRCLen:])) {
+		p.t.Fatalf("bad ICRC from goverbs")
+	}
+	if err := ib.Parse(body, &p.pkt); err != nil {
+		p.t.Fatalf("goverbs sent a malformed packet: %v", err)
+	}
+	return &p.pkt
+}
+
+// expect waits up to d for an ACK/NAK (AETH syndrome class syn, 0xE0
+// masked) for psn, skipping other packets; it fails the test otherwise.
+func (p *peer) expect(d time.Duration, syn uint8, psn uint32, what string) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			p.t.Fatalf("%s: no %#x for PSN %#x within %v", what, syn, psn, d)
+		}
+		k := p.recv(left)
+		if k == nil {
+			p.t.Fatalf("%s: no %#x for PSN %#x within %v", what, syn, psn, d)
+		}
+		if k.Op == ib.Acknowledge && k.Syndrome&0xE0 == syn&0xE0 && (syn&0xE0 != ib.SyndromeNAK || k.Syndrome == syn) && k.PSN == psn {
+			return
+		}
+		p.t.Logf("%s: skipped %v PSN %#x syndrome %#x", what, k.Op, k.PSN, k.Syndrome)
+	}
+}
+
+// write sends an RDMA WRITE of n bytes at va as packets, skipping those
+// whose index skip holds (lost on the way), from packet from on (a
+// retransmission from there: from > 0 sends MIDDLE/LAST packets only).
+func (p *peer) write(first uint32, va uint64, rkey uint32, n, from int, skip map[int]bool) {
+	p.t.Helper()
+	const mtu = 1024
+	np := (n + mtu - 1) / mtu
+	for i := from; i < np; i++ {
+		if skip[i] {
+			continue
+		}
+		chunk := make([]byte, min(mtu, n-i*mtu))
+		for j := range chunk {
+			chunk[j] = byte(i*mtu + j)
+		}
+		op := ib.WriteOpcode(i == 0, i == np-1, false)
+		var ext []byte
+		if i == 0 {
+			ext = reth(va, rkey, uint32(n))
+		}
+		p.send(op, ib.PSNAdd(first, i), i == np-1, ext, chunk)
+	}
+}
+
+// appModes are what the goverbs application does while its QP answers
+// the peer: nothing (the device's goroutine reads the socket), a loop of
+// polls (polled mode: the polls read it), or a blocking wait for a
+// receive completion that does not come (a spin of polls, then asleep).
+var appModes = []struct {
+	name string
+	run  func(x *conformance.Side, stop <-chan struct{})
+}{
+	{"idle", func(x *conformance.Side, stop <-chan struct{}) { <-stop }},
+	{"polling", func(x *conformance.Side, stop <-chan struct{}) {
+		wc := make([]verbs.WC, 4)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			x.RecvCQ.Poll(wc)
+		}
+	}},
+	{"waiting", func(x *conformance.Side, stop <-chan struct{}) {
+		ctx, cancel := contextWithStop(stop)
+		defer cancel()
+		for ctx.Err() == nil {
+			x.RecvCQ.Wait(ctx)
+		}
+	}},
+}
+
+// inModes runs f once per application mode, with a new scripted peer.
+func inModes(t *testing.T, f func(t *testing.T, p *peer)) {
+	for _, m := range appModes {
+		t.Run(m.name, func(t *testing.T) {
+			p := newPeer(t, 0x100, 0xFFFFF8, 18) // the peer's PSNs wrap
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() { m.run(p.x, stop); close(done) }()
+			defer func() { close(stop); <-done }()
+			f(t, p)
+		})
+	}
+}
+
+// A WRITE packet lost in the middle: goverbs answers the next one with a
+// sequence NAK for it at once, and when the peer resends from there (as
+// rxe does, MIDDLE packets from the NAK's PSN), acknowledges the whole
+// WRITE at once: neither waits for anything but the packets.
+func TestPeerWriteNAKThenResend(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
+		for round := range 20 {
+			first := p.rpsn
+			p.write(first, va, rkey, 16<<10, 0, map[int]bool{11: true})
+			p.expect(500*time.Millisecond, ib.SyndromeNAK|ib.NAKPSNSeq, ib.PSNAdd(first, 11), "the sequence NAK")
+			p.write(first, va, rkey, 16<<10, 11, map[int]bool{})
+			p.expect(500*time.Millisecond, ib.SyndromeACK, ib.PSNAdd(first, 15), "round "+string(rune('0'+round%10))+": the ACK of the resent WRITE")
+			p.rpsn = ib.PSNAdd(first, 16)
+		}
+	})
+}
+
+// contextWithStop is a context that ends when stop closes.
+func contextWithStop(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
+
+// A second loss while the requester resends after a sequence NAK: before
+// its second NAK, goverbs acknowledges what it took since the first, so
+// that a requester that (as Linux rxe does) starts no second retry from a
+// NAK until an ACK has come in between resends at once instead of after
+// its ACK timeout. Then the resent rest completes the WRITE.
+func TestPeerSecondLossAcknowledgedFirst(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
+		for range 10 {
+			first := p.rpsn
+			p.write(first, va, rkey, 16<<10, 0, map[int]bool{5: true})
+			p.expect(500*time.Millisecond, ib.SyndromeNAK|ib.NAKPSNSeq, ib.PSNAdd(first, 5), "the first NAK")
+			p.write(first, va, rkey, 16<<10, 5, map[int]bool{9: true})
+			p.expect(500*time.Millisecond, ib.SyndromeACK, ib.PSNAdd(first, 8), "the ACK of what came in order")
+			p.expect(500*time.Millisecond, ib.SyndromeNAK|ib.NAKPSNSeq, ib.PSNAdd(first, 9), "the second NAK")
+			p.write(first, va, rkey, 16<<10, 9, nil)
+			p.expect(500*time.Millisecond, ib.SyndromeACK, ib.PSNAdd(first, 15), "the ACK of the WRITE")
+			p.rpsn = ib.PSNAdd(first, 16)
+		}
+	})
+}
