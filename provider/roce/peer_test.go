@@ -1,6 +1,7 @@
 package roce_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -187,7 +188,9 @@ func (p *peer) write(first uint32, va uint64, rkey uint32, n, from int, skip map
 // appModes are what the goverbs application does while its QP answers
 // the peer: nothing (the device's goroutine reads the socket), a loop of
 // polls (polled mode: the polls read it), or a blocking wait for a
-// receive completion that does not come (a spin of polls, then asleep).
+// completion that does not come (a spin of polls, then asleep). Both use
+// the send CQ, which the responder's tests leave empty, so that the
+// receive completions stay for the test.
 var appModes = []struct {
 	name string
 	run  func(x *conformance.Side, stop <-chan struct{})
@@ -201,14 +204,14 @@ var appModes = []struct {
 				return
 			default:
 			}
-			x.RecvCQ.Poll(wc)
+			x.SendCQ.Poll(wc)
 		}
 	}},
 	{"waiting", func(x *conformance.Side, stop <-chan struct{}) {
 		ctx, cancel := contextWithStop(stop)
 		defer cancel()
 		for ctx.Err() == nil {
-			x.RecvCQ.Wait(ctx)
+			x.SendCQ.Wait(ctx)
 		}
 	}},
 }
@@ -278,4 +281,226 @@ func TestPeerSecondLossAcknowledgedFirst(t *testing.T) {
 			p.rpsn = ib.PSNAdd(first, 16)
 		}
 	})
+}
+
+// next returns the next request packet goverbs sends (skipping ACKs), or
+// fails the test after d.
+func (p *peer) next(d time.Duration, what string) ib.Packet {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		k := p.recv(time.Until(deadline))
+		if k == nil {
+			p.t.Fatalf("%s: nothing within %v", what, d)
+		}
+		if k.Op != ib.Acknowledge {
+			c := *k
+			c.Payload = append([]byte(nil), k.Payload...)
+			return c
+		}
+	}
+}
+
+// A READ asked again from one of its responses (rxe, its responses after
+// the first lost: the request repeated at that PSN, its RETH's address
+// and length advanced) is answered from there, with the original's data;
+// the requests after it carry on where they were.
+func TestPeerReadAskedAgainMidMessage(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		for i := range p.x.Buf[:16<<10] {
+			p.x.Buf[i] = byte(i*7 + i>>8)
+		}
+		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
+		first := p.rpsn
+		p.send(ib.ReadRequest, first, true, reth(va, rkey, 16<<10), nil)
+		for i := range 16 {
+			k := p.next(time.Second, "a READ response")
+			if k.PSN != ib.PSNAdd(first, i) || !bytes.Equal(k.Payload, p.x.Buf[i*1024:(i+1)*1024]) {
+				t.Fatalf("response %d: PSN %#x, %d bytes", i, k.PSN, len(k.Payload))
+			}
+		}
+		// Responses 6 on were lost: asked again from there.
+		p.send(ib.ReadRequest, ib.PSNAdd(first, 6), true, reth(va+6*1024, rkey, 10<<10), nil)
+		for i := 6; i < 16; i++ {
+			k := p.next(time.Second, "a READ response asked again")
+			wantOp := ib.ReadResponseOpcode(i-6, 10)
+			if k.PSN != ib.PSNAdd(first, i) || k.Op != wantOp || !bytes.Equal(k.Payload, p.x.Buf[i*1024:(i+1)*1024]) {
+				t.Fatalf("response %d asked again: %v PSN %#x, %d bytes (want %v PSN %#x)", i, k.Op, k.PSN, len(k.Payload), wantOp, ib.PSNAdd(first, i))
+			}
+		}
+		// The next request is the one after the READ's PSNs.
+		p.rpsn = ib.PSNAdd(first, 16)
+		p.write(p.rpsn, va+32<<10, rkey, 3000, 0, nil)
+		p.expect(time.Second, ib.SyndromeACK, ib.PSNAdd(p.rpsn, 2), "the ACK of the WRITE after the READ")
+		p.rpsn = ib.PSNAdd(p.rpsn, 3)
+	})
+}
+
+// A SEND and a WRITE whose ACKs were lost, sent again (rxe after its ACK
+// timeout): goverbs acknowledges them again and executes neither twice
+// (one receive completion, no second receive consumed).
+func TestPeerDuplicatesAcknowledgedAgain(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		for i := range 2 {
+			if err := p.x.QP.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{p.x.MR.SGE(64<<10, 4096)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
+		first := p.rpsn
+		p.write(first, va, rkey, 5000, 0, nil) // 5 packets
+		p.send(ib.SendOnly, ib.PSNAdd(first, 5), true, nil, []byte("hello"))
+		p.expect(time.Second, ib.SyndromeACK, ib.PSNAdd(first, 5), "the ACK")
+		for range 3 { // the ACK lost, thrice: everything again from the WRITE's start
+			p.write(first, va, rkey, 5000, 0, nil)
+			p.send(ib.SendOnly, ib.PSNAdd(first, 5), true, nil, []byte("hello"))
+			p.expect(time.Second, ib.SyndromeACK, ib.PSNAdd(first, 5), "the ACK of the duplicates")
+		}
+		p.rpsn = ib.PSNAdd(first, 6)
+		p.send(ib.SendOnly, p.rpsn, true, nil, []byte("world"))
+		p.expect(time.Second, ib.SyndromeACK, p.rpsn, "the ACK of the second SEND")
+		p.rpsn = ib.PSNAdd(p.rpsn, 1)
+		var got []string
+		wc := make([]verbs.WC, 4)
+		for deadline := time.Now().Add(time.Second); len(got) < 2 && time.Now().Before(deadline); {
+			n, _ := p.x.RecvCQ.Poll(wc)
+			for _, c := range wc[:n] {
+				got = append(got, string(p.x.Buf[64<<10:64<<10+int(c.ByteLen)]))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		if n, _ := p.x.RecvCQ.Poll(wc); n != 0 || len(got) != 2 {
+			t.Fatalf("receive completions: %q and %d more, want one per SEND", got, n)
+		}
+	})
+}
+
+// completions polls the goverbs side's send CQ until n completions came
+// (or fails after d) and returns their statuses.
+func (p *peer) completions(n int, d time.Duration) []verbs.WCStatus {
+	p.t.Helper()
+	var st []verbs.WCStatus
+	wc := make([]verbs.WC, 8)
+	for deadline := time.Now().Add(d); len(st) < n; {
+		k, _ := p.x.SendCQ.Poll(wc)
+		for _, c := range wc[:k] {
+			st = append(st, c.Status)
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%d of %d send completions within %v: %v", len(st), n, d, st)
+		}
+	}
+	return st
+}
+
+// post posts a signaled work request on the goverbs QP.
+func (p *peer) post(wr verbs.SendWR) {
+	p.t.Helper()
+	wr.Flags |= verbs.SendSignaled
+	if err := p.x.QP.PostSend([]verbs.SendWR{wr}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// An RNR NAK: goverbs sends the request again after the RNR timer the NAK
+// names (here 0.96 ms), not after its ACK timeout (1 s), and completes it
+// when the peer then acknowledges it.
+func TestPeerRNRNAKResendsAfterItsTimer(t *testing.T) {
+	p := newPeer(t, 0x100, 0, 18) // ACK timeout ≈ 1.07 s
+	p.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{p.x.MR.SGE(0, 100)}})
+	k := p.next(time.Second, "the SEND")
+	for range 3 {
+		p.send(ib.Acknowledge, k.PSN, false, aeth(ib.SyndromeRNR|3, 0), nil) // 0.96 ms
+		start := time.Now()
+		k = p.next(2*time.Second, "the SEND after an RNR NAK")
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Fatalf("sent again %v after an RNR NAK of 0.96 ms: the ACK timeout's wait, not the RNR timer's", el)
+		}
+	}
+	p.send(ib.Acknowledge, 0x100, false, aeth(ib.SyndromeACK|ib.CreditsNone, 1), nil)
+	if st := p.completions(1, time.Second); st[0] != verbs.WCSuccess {
+		t.Fatalf("SEND completed with %v", st[0])
+	}
+}
+
+// One ACK for the last of three SENDs (coalesced) completes all three.
+func TestPeerCoalescedACK(t *testing.T) {
+	p := newPeer(t, 0x100, 0, 18)
+	for i := range 3 {
+		p.post(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{p.x.MR.SGE(0, 100)}})
+	}
+	for range 3 {
+		p.next(time.Second, "a SEND")
+	}
+	p.send(ib.Acknowledge, 0x102, false, aeth(ib.SyndromeACK|ib.CreditsNone, 3), nil)
+	for i, st := range p.completions(3, time.Second) {
+		if st != verbs.WCSuccess {
+			t.Fatalf("SEND %d completed with %v", i, st)
+		}
+	}
+}
+
+// READ responses with a gap: goverbs asks again from the first missing
+// one at once (its RETH advanced to it), takes the responses of the new
+// request, and completes the READ with the whole of the data.
+func TestPeerReadResponsesLost(t *testing.T) {
+	p := newPeer(t, 0x100, 0, 18)
+	src := make([]byte, 16<<10)
+	for i := range src {
+		src[i] = byte(i*3 + i>>8)
+	}
+	const va, rkey = 0x10000, 0x77
+	p.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{p.x.MR.SGE(0, len(src))}, RemoteAddr: va, RKey: rkey})
+	req := p.next(time.Second, "the READ request")
+	if req.Op != ib.ReadRequest || req.VA != va || req.DMALen != uint32(len(src)) {
+		t.Fatalf("READ request %v va %#x len %d", req.Op, req.VA, req.DMALen)
+	}
+	respond := func(first uint32, from, to int, skip int) {
+		for i := from; i < to; i++ {
+			if i == skip {
+				continue
+			}
+			op := ib.ReadResponseOpcode(i-from, to-from)
+			var ext []byte
+			if op.Info().Mask&ib.HasAETH != 0 {
+				ext = aeth(ib.SyndromeACK|ib.CreditsNone, 1)
+			}
+			p.send(op, ib.PSNAdd(first, i-from), false, ext, src[i*1024:(i+1)*1024])
+		}
+	}
+	respond(req.PSN, 0, 16, 6)
+	start := time.Now()
+	again := p.next(time.Second, "the READ asked again")
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("asked again after %v: the ACK timeout's wait", el)
+	}
+	if again.Op != ib.ReadRequest || again.PSN != ib.PSNAdd(req.PSN, 6) || again.VA != va+6*1024 || again.DMALen != 10<<10 {
+		t.Fatalf("asked again: %v PSN %#x va %#x len %d", again.Op, again.PSN, again.VA, again.DMALen)
+	}
+	respond(again.PSN, 6, 16, -1)
+	if st := p.completions(1, time.Second); st[0] != verbs.WCSuccess {
+		t.Fatalf("READ completed with %v", st[0])
+	}
+	if !bytes.Equal(p.x.Buf[:len(src)], src) {
+		t.Fatal("the READ's data differs from the responses'")
+	}
+}
+
+// A request lost with nothing after it (no NAK can come): goverbs sends
+// it again after one ACK timeout (268 ms here): not before it (the peer
+// may be slow), and not after two.
+func TestPeerTailLossOneTimeout(t *testing.T) {
+	p := newPeer(t, 0x100, 0, 16) // 4.096 µs × 2^16 ≈ 268 ms
+	p.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{p.x.MR.SGE(0, 100)}})
+	k := p.next(time.Second, "the SEND")
+	start := time.Now()
+	k2 := p.next(2*time.Second, "the SEND again")
+	el := time.Since(start)
+	if k2.PSN != k.PSN || el < 250*time.Millisecond || el > 530*time.Millisecond {
+		t.Fatalf("sent again after %v (PSN %#x, first %#x): want one ACK timeout (268 ms)", el, k2.PSN, k.PSN)
+	}
+	p.send(ib.Acknowledge, k.PSN, false, aeth(ib.SyndromeACK|ib.CreditsNone, 1), nil)
+	if st := p.completions(1, time.Second); st[0] != verbs.WCSuccess {
+		t.Fatalf("SEND completed with %v", st[0])
+	}
 }
