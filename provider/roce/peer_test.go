@@ -504,3 +504,58 @@ func TestPeerTailLossOneTimeout(t *testing.T) {
 		t.Fatalf("SEND completed with %v", st[0])
 	}
 }
+
+// The first missing READ response missing again from the responses to the
+// READ asked again: goverbs asks a third time at once (a response for a
+// PSN it saw before asking again is one of the new request's), not after
+// its ACK timeout; responses still in flight from the first request make
+// it ask no more than that.
+func TestPeerReadResponseLostTwice(t *testing.T) {
+	p := newPeer(t, 0x100, 0, 18) // ACK timeout ≈ 1.07 s
+	src := make([]byte, 16<<10)
+	for i := range src {
+		src[i] = byte(i*5 + i>>9)
+	}
+	const va, rkey = 0x20000, 0x99
+	p.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{p.x.MR.SGE(0, len(src))}, RemoteAddr: va, RKey: rkey})
+	req := p.next(time.Second, "the READ request")
+	respond := func(first uint32, from, to int, skip int) {
+		for i := from; i < to; i++ {
+			if i == skip {
+				continue
+			}
+			op := ib.ReadResponseOpcode(i-from, to-from)
+			var ext []byte
+			if op.Info().Mask&ib.HasAETH != 0 {
+				ext = aeth(ib.SyndromeACK|ib.CreditsNone, 1)
+			}
+			p.send(op, ib.PSNAdd(first, i-from), false, ext, src[i*1024:(i+1)*1024])
+		}
+	}
+	respond(req.PSN, 0, 16, 6)
+	for try := range 2 {
+		start := time.Now()
+		again := p.next(time.Second, "the READ asked again")
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Fatalf("try %d: asked again after %v: the ACK timeout's wait", try, el)
+		}
+		if again.Op != ib.ReadRequest || again.PSN != ib.PSNAdd(req.PSN, 6) || again.VA != va+6*1024 {
+			t.Fatalf("try %d: asked again: %v PSN %#x va %#x", try, again.Op, again.PSN, again.VA)
+		}
+		if try == 0 {
+			respond(again.PSN, 6, 16, 6) // the first one lost again
+		} else {
+			respond(again.PSN, 6, 16, -1)
+		}
+	}
+	if st := p.completions(1, time.Second); st[0] != verbs.WCSuccess {
+		t.Fatalf("READ completed with %v", st[0])
+	}
+	if !bytes.Equal(p.x.Buf[:len(src)], src) {
+		t.Fatal("the READ's data differs from the responses'")
+	}
+	// No request more than the two: the responses of each came after it.
+	if k := p.recv(100 * time.Millisecond); k != nil && k.Op == ib.ReadRequest {
+		t.Fatalf("a third READ asked again (PSN %#x)", k.PSN)
+	}
+}
