@@ -13,7 +13,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-const statHelp = `usage: goverbs stat [--json] [--all] COMMAND [ARGS...]
+const statHelp = `usage: goverbs stat [--json] [--idle] COMMAND [ARGS...]
 
 Runs another goverbs command (perf, ping, demo) in this process and then
 prints the counters of every device it used, like rdma statistic and a
@@ -30,7 +30,7 @@ func stat(args []string) error {
 	fs := newCommand("stat", statHelp)
 	fs.SetInterspersed(false) // the flags after COMMAND are its own
 	asJSON := fs.Bool("json", false, "print the counters as JSON lines")
-	all := fs.Bool("all", false, "print devices that did nothing too")
+	all := fs.Bool("idle", false, "print devices that did nothing too")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -40,6 +40,9 @@ func stat(args []string) error {
 	}
 	if args[0] == "stat" {
 		return badUsage("stat", "stat runs another command, not itself")
+	}
+	if err := fs.begin(); err != nil {
+		return err
 	}
 	if code := run(args); code != 0 {
 		// The command said why; stat exits as it did (2 for a bad
