@@ -1,10 +1,13 @@
 // Package metrics gives the counters of goverbs' devices to the tools
-// that operators read: Publish makes them the expvar variable "goverbs"
-// (served as JSON at /debug/vars by a program that serves expvar's
-// handler), and the add-on module
-// github.com/goverbs/goverbs/metrics/promcollector gives them to
-// Prometheus (it is a module of its own, so that the core depends on the
-// standard library and golang.org/x/sys alone).
+// that operators read: Publish makes them the expvar variable "goverbs",
+// served as JSON at /debug/vars with expvar's other variables,
+//
+//	metrics.Publish()
+//	_ = http.ListenAndServe("localhost:8080", nil)
+//
+// and the add-on module github.com/goverbs/goverbs/metrics/promcollector
+// gives them to Prometheus (it is a module of its own, so that the core
+// depends on the standard library and golang.org/x/sys alone).
 //
 // The counters are those of Context.Counters: what each device did in this
 // process since it started (devices live in the process that uses them,
