@@ -57,9 +57,10 @@ Method.
   1 by default); the bytes of the completed requests are divided by the elapsed time
   (MB = 10^6 bytes). The peak is the best window of at least a twentieth
   of the run and 5 ms. Both ends busy-poll their CQs (polled progress).
-  With -D, write_bw and read_bw post for that many seconds, then the
-  requests in flight complete (send_bw posts every receive before the run,
-  so it runs -n iterations, at most 8192).
+  With -D (seconds as perftest's, 2 or 1.5, or a Go duration, 1500ms),
+  write_bw and read_bw post for that long, then the requests in flight
+  complete (send_bw posts every receive before the run, so it runs -n
+  iterations, at most 8192).
 
 -R speaks perftest's own rdma_cm protocol instead of goverbs' (control
 connection, version and pingpong_dest exchange, receiver credits for
