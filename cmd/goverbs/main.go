@@ -33,6 +33,7 @@
 //	-c  --client      ping: be the client (rping's)
 //	-D  --duration    perf, demo, soak: how long: 1.5 (seconds) or 1.5s, 200ms
 //	-d  --ib-dev      perf, devices: the device      (ping: -d is --debug, as in rping)
+//	-e  --events      perf: wait for completions by event, not by polling (perftest's)
 //	-h  --help        every command
 //	-l  --post-list   perf: work requests per post (perftest's post_list)
 //	-n  --iters       perf, demo: iterations
