@@ -210,6 +210,26 @@ func TestOneMeaningPerLetter(t *testing.T) {
 	}
 }
 
+// A letter that meant something else in an earlier version says what to
+// give now.
+func TestMovedLetterSaysWhatNow(t *testing.T) {
+	for _, c := range []struct{ args, want []string }{
+		{[]string{"demo", "-d", "1s"}, []string{"-D (--duration)"}},
+		{[]string{"soak", "-a", "127.0.0.1:0"}, []string{"ADDR or --addr"}},
+		{[]string{"ping", "-c", "-a", "x", "-t", "5s"}, []string{"--timeout"}},
+	} {
+		code, _, errs := runAll(t, c.args...)
+		if code != 2 || strings.Count(errs, "\n") != 2 {
+			t.Errorf("%q: exit status %d: %s", c.args, code, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%q: %q not in %s", c.args, w, errs)
+			}
+		}
+	}
+}
+
 // perftest's long spellings are perf's flags too.
 func TestPerfTakesPerftestSpellings(t *testing.T) {
 	r, err := parsePerf([]string{"write_bw", "10.0.0.2", "--qp=2", "--post_list", "4", "--cq_mod=10", "--tx_depth", "64", "--ib_dev=iwarp0"})

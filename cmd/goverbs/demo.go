@@ -89,6 +89,7 @@ func demo(args []string) error {
 	fs := newCommand("demo", demoHelp)
 	iters := fs.IntP("iters", "n", 200000, "latency iterations")
 	dur := fs.duration("duration", "D", time.Second, "duration of each bandwidth measurement: seconds (1.5) or with a unit (200ms)")
+	fs.movedLetter("d", "demo's duration is -D (--duration)")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -366,7 +366,8 @@ type command struct {
 	aliases map[string]string // other long names of flags (perftest's --qp)
 	// noCapture, when set, says why the command refuses --capture.
 	noCapture string
-	capture   string // --capture's file
+	capture   string            // --capture's file
+	moved     map[string]string // letters an earlier version had: what to give now
 }
 
 // newCommand returns the flag set of subcommand name, whose help text
@@ -408,6 +409,15 @@ func (c *command) duration(name, short string, value time.Duration, usage string
 	return p
 }
 
+// movedLetter says, when -letter is given, what to give instead (a letter
+// that meant something else before the letters got one meaning each).
+func (c *command) movedLetter(letter, instead string) {
+	if c.moved == nil {
+		c.moved = map[string]string{}
+	}
+	c.moved[letter] = instead
+}
+
 // refuseCapture makes the command refuse --capture, saying why.
 func (c *command) refuseCapture(why string) { c.noCapture = why }
 
@@ -443,6 +453,11 @@ func (c *command) parse(args []string) ([]string, error) {
 		if strings.Contains(err.Error(), "unknown flag: --verbose") {
 			// A global -v before a command that has none.
 			return nil, badUsage(c.name, "-v: %s has no verbose output", c.name)
+		}
+		for l, instead := range c.moved {
+			if strings.Contains(err.Error(), "unknown shorthand flag: '"+l+"'") {
+				return nil, badUsage(c.name, "%v: %s (one meaning per letter: see goverbs -h)", err, instead)
+			}
 		}
 		return nil, &usageError{c.name, err}
 	}

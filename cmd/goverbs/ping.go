@@ -116,6 +116,7 @@ func ping(args []string) error {
 	o.timeout = 30 * time.Second
 	fs.VarP((*durationFlag)(&o.timeout), "timeout", "", "timeout for each step: seconds (2.5) or with a unit (2500ms) (goverbs addition)")
 	crc := fs.Bool("crc", false, "ask for MPA CRC32C over TCP (goverbs addition; CRC is on when either side asks)")
+	fs.movedLetter("t", "ping's timeout is --timeout")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err

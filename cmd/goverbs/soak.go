@@ -47,6 +47,7 @@ func soak(args []string) error {
 	killEvery := fs.duration("kill-every", "", 20*time.Second, "kill and restart the peer this often (0: never)")
 	peer := fs.Bool("peer", false, "be the peer (the soak starts it)")
 	fs.MarkHidden("peer")
+	fs.movedLetter("a", "soak's address is ADDR or --addr")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
