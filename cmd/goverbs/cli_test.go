@@ -278,8 +278,8 @@ func freePort(t *testing.T) string {
 }
 
 // A goverbs ping client that a goverbs server cannot serve (a larger -S,
-// more pings than its -C) says why, as the server does, over TCP and
-// shared memory.
+// more pings than its -C) says why, as the server does, over TCP, shared
+// memory and RoCE.
 func TestPingClientSaysWhy(t *testing.T) {
 	for _, c := range []struct {
 		srv, cli []string
@@ -289,10 +289,13 @@ func TestPingClientSaysWhy(t *testing.T) {
 		{[]string{"-C", "2"}, []string{"-C", "3"}, "the client asks for 3 pings, the server serves -C 2"},
 		{[]string{"-C", "2"}, nil, "the client asks for forever, the server serves -C 2"},
 	} {
-		for _, tr := range []string{"iwarp", "shm"} {
+		for _, tr := range []string{"iwarp", "shm", "roce"} {
 			addr := []string{"-a", "127.0.0.1", "-p", freePort(t)}
-			if tr == "shm" {
-				addr = []string{"-a", fmt.Sprintf("unix:@goverbs-ping-why-%d-%d", os.Getpid(), time.Now().UnixNano())}
+			switch p := os.Getpid(); tr {
+			case "shm":
+				addr = []string{"-a", fmt.Sprintf("unix:@goverbs-ping-why-%d-%d", p, time.Now().UnixNano())}
+			case "roce": // an address of this process's own (UDP port 4791 is one process's)
+				addr = []string{"-a", fmt.Sprintf("roce://127.%d.%d.31", 16+p%200, p/200%250), "-p", "7499"}
 			}
 			srv := append(append([]string{"ping", "-s", "--timeout", "10"}, addr...), c.srv...)
 			cli := append(append([]string{"ping", "-c", "--timeout", "10"}, addr...), c.cli...)
