@@ -211,3 +211,11 @@ func TestReadIsContextCounters(t *testing.T) {
 		t.Fatalf("loop0 read: %v, a RoCE device with wire counters: %v", found, roce)
 	}
 }
+
+// BenchmarkRead measures a scrape's reading of every device's counters
+// (each device opened and closed).
+func BenchmarkRead(b *testing.B) {
+	for b.Loop() {
+		metrics.Read()
+	}
+}
