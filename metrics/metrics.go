@@ -15,7 +15,9 @@
 // had, destroyed ones included, and for a RoCE device the datagrams of its
 // socket (roce.DeviceCounters). They only grow. Reading them takes each
 // QP's lock briefly, as a completion does; a device whose provider keeps
-// no counters (rdmacore's) is left out.
+// no counters (rdmacore's) is left out. The devices are those of the
+// providers linked into the program; this package links provider/roce, for
+// its datagram counters, so the RoCE devices are among them.
 package metrics
 
 import (
