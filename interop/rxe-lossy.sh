@@ -69,7 +69,7 @@ for L in $LOSS; do
 				"$LAB" exec "(timeout $DEADLINE rping -s -a $GUEST -p $PORT -C $COUNT -V -S $S > /tmp/lossy-peer.log 2>&1; echo rc=\$? >> /tmp/lossy-peer.log) &" >/dev/null
 				"$LAB" exec "for i in \$(seq 100); do rdma res show cm_id | grep rxe0 | grep LISTEN | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
 				t0=$(date +%s.%N)
-				timeout $((DEADLINE + 30)) "$LAB" host "$BIN/goverbs ping -c -a roce://$GUEST -p $PORT -C $COUNT -V -S $S -t 60s" \
+				timeout $((DEADLINE + 30)) "$LAB" host "$BIN/goverbs ping -c -a roce://$GUEST -p $PORT -C $COUNT -V -S $S --timeout 60s" \
 					> "$LOGS/$L-$S-$role.log" 2>&1 || rc=1
 				TIMEOUT=$((DEADLINE + 60)) "$LAB" exec "for i in \$(seq $((DEADLINE * 10))); do grep -q '^rc=' /tmp/lossy-peer.log && break; sleep 0.1; done; cat /tmp/lossy-peer.log" \
 					>> "$LOGS/$L-$S-$role.log" 2>&1
