@@ -336,6 +336,9 @@ type ID struct {
 	pcfg any       // SetProviderConfig's
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
+
+	ch       *EventChannel      // Migrate's: where events go (nil: events)
+	pumpStop context.CancelFunc // ends a listener's pump to ch
 }
 
 // Context returns the device context the identifier is bound to (the
@@ -527,8 +530,20 @@ func (id *ID) PeerResources() (responderResources, initiatorDepth int) {
 }
 
 func (id *ID) post(ev Event) {
+	id.mu.Lock()
+	id.postLocked(ev)
+	id.mu.Unlock()
+}
+
+// postLocked is post with id.mu held (so that Migrate moves the queue
+// with no event passing it).
+func (id *ID) postLocked(ev Event) {
 	if ev.ID == nil {
 		ev.ID = id
+	}
+	if id.ch != nil {
+		id.ch.deliver(ev)
+		return
 	}
 	select {
 	case id.events <- ev:
@@ -538,13 +553,17 @@ func (id *ID) post(ev Event) {
 
 // NextEvent returns the identifier's next connection event (rdma_get_cm_event
 // for this id). A listening identifier yields EventConnectRequest events whose
-// ID is the new request.
+// ID is the new request. An identifier attached to an EventChannel has
+// its events there (ErrInvalid).
 func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 	id.mu.Lock()
-	st := id.state
+	st, ch := id.state, id.ch
 	id.mu.Unlock()
 	if st == stateClosed {
 		return Event{}, ErrClosed
+	}
+	if ch != nil {
+		return Event{}, errOnChannel
 	}
 	if st == stateListening {
 		req, err := id.GetRequest(ctx)
@@ -814,7 +833,12 @@ func (id *ID) Close() error {
 	id.state = stateClosed
 	conn, req, ln := id.conn, id.req, id.ln
 	close(id.done)
+	id.stopPump()
+	ch := id.ch
 	id.mu.Unlock()
+	if ch != nil {
+		defer ch.detach()
+	}
 	if req != nil && st == stateRequest {
 		req.Reject(nil)
 	}
@@ -916,6 +940,9 @@ func (id *ID) Listen() error {
 		return err
 	}
 	id.ln, id.state = ln, stateListening
+	if id.ch != nil {
+		id.startPump()
+	}
 	return nil
 }
 
@@ -924,8 +951,20 @@ func (id *ID) Listen() error {
 // the requester's private data and resources. When the listener was made by
 // CreateEP with QP attributes, the new identifier already has its QP.
 // Answer it with Accept or Reject. A failure to accept a connection is
-// reported as an *AcceptError; the listener keeps listening.
+// reported as an *AcceptError; the listener keeps listening. A listener
+// attached to an EventChannel has its requests there (ErrInvalid).
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
+	id.mu.Lock()
+	ch := id.ch
+	id.mu.Unlock()
+	if ch != nil {
+		return nil, errOnChannel
+	}
+	return id.getRequest(ctx)
+}
+
+// getRequest is GetRequest, for the caller and for an EventChannel's pump.
+func (id *ID) getRequest(ctx context.Context) (*ID, error) {
 	id.mu.Lock()
 	ln, st := id.ln, id.state
 	id.mu.Unlock()
