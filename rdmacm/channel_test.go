@@ -201,3 +201,47 @@ func TestMigrateMovesQueuedEvents(t *testing.T) {
 		t.Fatalf("event %v, %v: want DISCONNECTED on the identifier's own queue", ev, err)
 	}
 }
+
+// TestDialFromOverTCP: a source address (rdma_resolve_addr's src_addr)
+// is the TCP connection's local address over iWARP, as it picks the
+// device over RoCE: the listener sees the connection come from it. A
+// source that is no IP address is ErrInvalid; unix: takes none.
+func TestDialFromOverTCP(t *testing.T) {
+	leakcheck.Check(t)
+	ctx := timeout(t)
+	ln, err := rdmacm.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- req.RemoteAddr().String()
+		req.Close()
+	}()
+	// 127.0.0.3 is local on Linux (all of 127/8 is), and not the
+	// address the route to 127.0.0.1 would pick.
+	id, err := rdmacm.CreateIDFrom("127.0.0.3", ln.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Close()
+	if err := id.CreateQP(nil, verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	go id.Connect(ctx, nil) // rejected when the request is closed
+	if from := <-got; len(from) < 10 || from[:10] != "127.0.0.3:" {
+		t.Fatalf("the listener saw the connection come from %q, want 127.0.0.3", from)
+	}
+	if _, err := rdmacm.CreateIDFrom("localhost", ln.LocalAddr().String()); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("a source that is no IP address: %v, want ErrInvalid", err)
+	}
+	if _, err := rdmacm.CreateIDFrom("127.0.0.1", "unix:@nobody-here"); !errors.Is(err, verbs.ErrNotSupported) {
+		t.Fatalf("a source over unix: %v, want ErrNotSupported", err)
+	}
+}

@@ -343,6 +343,7 @@ type ID struct {
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
 
+	src      string             // CreateIDFrom's source, for a cm.Sourcer
 	ch       *EventChannel      // Migrate's: where events go (nil: events)
 	pumpStop context.CancelFunc // ends a listener's pump to ch
 }
@@ -463,9 +464,11 @@ func CreateID(addr string) (*ID, error) {
 
 // CreateIDFrom is CreateID with a source address (rdma_resolve_addr with
 // src_addr): the connection goes out from the local address src (an IP
-// address, with or without a port), and so from the device that serves
-// it. Only transports whose device depends on the address (roce://) take
-// a source; the others choose their own and refuse one.
+// address, with or without a port). Over roce:// that chooses the device
+// (the one that serves src); over TCP (iWARP) it is the TCP connection's
+// local address, and a source that is not an IP address is ErrInvalid.
+// Transports without addresses of that kind (unix:) refuse a source
+// (ErrNotSupported).
 func CreateIDFrom(src, addr string) (*ID, error) {
 	t, rest, err := transportFor(addr)
 	if err != nil {
@@ -474,18 +477,28 @@ func CreateIDFrom(src, addr string) (*ID, error) {
 	if src == "" {
 		return newID(t, rest)
 	}
-	r, ok := t.(cm.Router)
-	if !ok {
-		return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
-	}
 	if _, _, err := net.SplitHostPort(src); err != nil {
 		src = net.JoinHostPort(src, "0")
 	}
-	name, err := r.DeviceFor(src, true)
-	if err != nil {
-		return nil, err
+	switch r := t.(type) {
+	case cm.Router:
+		name, err := r.DeviceFor(src, true)
+		if err != nil {
+			return nil, err
+		}
+		return newIDOn(t, rest, name)
+	case cm.Sourcer:
+		if err := r.CheckSource(src); err != nil {
+			return nil, err
+		}
+		id, err := newID(t, rest)
+		if err != nil {
+			return nil, err
+		}
+		id.src = src
+		return id, nil
 	}
-	return newIDOn(t, rest, name)
+	return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
 }
 
 // LocalAddr returns the local address of a connected or listening
@@ -740,6 +753,7 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 		return err
 	}
 	cp.Config = id.providerConfig()
+	cp.Source = id.src
 	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
 	if err != nil {
 		var rej *RejectedError
