@@ -48,6 +48,12 @@
 // Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
 // code ported from C. Every blocking call takes a context.
 //
+// Each identifier has its own event queue (NextEvent) unless it is
+// attached to an EventChannel (NewEventChannel, ID.Migrate): one queue,
+// and one descriptor for epoll, for many identifiers, as
+// rdma_create_event_channel gives. Multicast (rdma_join_multicast) is not
+// there yet.
+//
 // # Errors
 //
 // Errors are tested with errors.Is and errors.As, as those of package net:
@@ -336,6 +342,10 @@ type ID struct {
 	pcfg any       // SetProviderConfig's
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
+
+	src      string             // CreateIDFrom's source, for a cm.Sourcer
+	ch       *EventChannel      // Migrate's: where events go (nil: events)
+	pumpStop context.CancelFunc // ends a listener's pump to ch
 }
 
 // Context returns the device context the identifier is bound to (the
@@ -454,9 +464,11 @@ func CreateID(addr string) (*ID, error) {
 
 // CreateIDFrom is CreateID with a source address (rdma_resolve_addr with
 // src_addr): the connection goes out from the local address src (an IP
-// address, with or without a port), and so from the device that serves
-// it. Only transports whose device depends on the address (roce://) take
-// a source; the others choose their own and refuse one.
+// address, with or without a port). Over roce:// that chooses the device
+// (the one that serves src); over TCP (iWARP) it is the TCP connection's
+// local address, and a source that is not an IP address is ErrInvalid.
+// Transports without addresses of that kind (unix:) refuse a source
+// (ErrNotSupported).
 func CreateIDFrom(src, addr string) (*ID, error) {
 	t, rest, err := transportFor(addr)
 	if err != nil {
@@ -465,18 +477,28 @@ func CreateIDFrom(src, addr string) (*ID, error) {
 	if src == "" {
 		return newID(t, rest)
 	}
-	r, ok := t.(cm.Router)
-	if !ok {
-		return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
-	}
 	if _, _, err := net.SplitHostPort(src); err != nil {
 		src = net.JoinHostPort(src, "0")
 	}
-	name, err := r.DeviceFor(src, true)
-	if err != nil {
-		return nil, err
+	switch r := t.(type) {
+	case cm.Router:
+		name, err := r.DeviceFor(src, true)
+		if err != nil {
+			return nil, err
+		}
+		return newIDOn(t, rest, name)
+	case cm.Sourcer:
+		if err := r.CheckSource(src); err != nil {
+			return nil, err
+		}
+		id, err := newID(t, rest)
+		if err != nil {
+			return nil, err
+		}
+		id.src = src
+		return id, nil
 	}
-	return newIDOn(t, rest, name)
+	return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
 }
 
 // LocalAddr returns the local address of a connected or listening
@@ -527,8 +549,20 @@ func (id *ID) PeerResources() (responderResources, initiatorDepth int) {
 }
 
 func (id *ID) post(ev Event) {
+	id.mu.Lock()
+	id.postLocked(ev)
+	id.mu.Unlock()
+}
+
+// postLocked is post with id.mu held (so that Migrate moves the queue
+// with no event passing it).
+func (id *ID) postLocked(ev Event) {
 	if ev.ID == nil {
 		ev.ID = id
+	}
+	if id.ch != nil {
+		id.ch.deliver(ev)
+		return
 	}
 	select {
 	case id.events <- ev:
@@ -538,13 +572,17 @@ func (id *ID) post(ev Event) {
 
 // NextEvent returns the identifier's next connection event (rdma_get_cm_event
 // for this id). A listening identifier yields EventConnectRequest events whose
-// ID is the new request.
+// ID is the new request. An identifier attached to an EventChannel has
+// its events there (ErrInvalid).
 func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 	id.mu.Lock()
-	st := id.state
+	st, ch := id.state, id.ch
 	id.mu.Unlock()
 	if st == stateClosed {
 		return Event{}, ErrClosed
+	}
+	if ch != nil {
+		return Event{}, errOnChannel
 	}
 	if st == stateListening {
 		req, err := id.GetRequest(ctx)
@@ -715,6 +753,7 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 		return err
 	}
 	cp.Config = id.providerConfig()
+	cp.Source = id.src
 	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
 	if err != nil {
 		var rej *RejectedError
@@ -814,7 +853,12 @@ func (id *ID) Close() error {
 	id.state = stateClosed
 	conn, req, ln := id.conn, id.req, id.ln
 	close(id.done)
+	id.stopPump()
+	ch := id.ch
 	id.mu.Unlock()
+	if ch != nil {
+		defer ch.detach()
+	}
 	if req != nil && st == stateRequest {
 		req.Reject(nil)
 	}
@@ -916,6 +960,9 @@ func (id *ID) Listen() error {
 		return err
 	}
 	id.ln, id.state = ln, stateListening
+	if id.ch != nil {
+		id.startPump()
+	}
 	return nil
 }
 
@@ -924,8 +971,20 @@ func (id *ID) Listen() error {
 // the requester's private data and resources. When the listener was made by
 // CreateEP with QP attributes, the new identifier already has its QP.
 // Answer it with Accept or Reject. A failure to accept a connection is
-// reported as an *AcceptError; the listener keeps listening.
+// reported as an *AcceptError; the listener keeps listening. A listener
+// attached to an EventChannel has its requests there (ErrInvalid).
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
+	id.mu.Lock()
+	ch := id.ch
+	id.mu.Unlock()
+	if ch != nil {
+		return nil, errOnChannel
+	}
+	return id.getRequest(ctx)
+}
+
+// getRequest is GetRequest, for the caller and for an EventChannel's pump.
+func (id *ID) getRequest(ctx context.Context) (*ID, error) {
 	id.mu.Lock()
 	ln, st := id.ln, id.state
 	id.mu.Unlock()

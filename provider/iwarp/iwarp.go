@@ -190,6 +190,9 @@ type Params struct {
 	// Extensions (Dial) offers the RFC 7306 extensions, which only goverbs
 	// peers speak; a goverbs responder answers an offer by itself.
 	Extensions bool
+	// Source (Dial) is the local address the TCP connection leaves from,
+	// an IP address with a port (0: any); "" lets the kernel choose.
+	Source string
 }
 
 // maxIRDORD is siw's SIW_MAX_IRD_QP / SIW_MAX_ORD_QP.
