@@ -152,6 +152,13 @@ type Config struct {
 	// detected within about this time, and the QP is flushed (default 10
 	// s; negative: TCP's own timeouts only, which take many minutes).
 	DeadPeerTimeout time.Duration
+	// FrameTimeout bounds how long a frame (an FPDU) that has begun may go
+	// without a byte more: a peer that stops in the middle of one is cut
+	// off with a Terminate (LLP, MPA, "TCP connection lost") between this
+	// time and half as much again after its last byte, and the QP is
+	// flushed with a QP_FATAL event; a peer that keeps sending, however
+	// slowly, is never cut (default 15 s; negative: no bound, as siw).
+	FrameTimeout time.Duration
 }
 
 // Defaults of Config's fields.
@@ -159,6 +166,10 @@ const (
 	DefaultConnectTimeout  = 10 * time.Second
 	DefaultAcceptTimeout   = 5 * time.Second
 	DefaultDeadPeerTimeout = 10 * time.Second
+	// DefaultFrameTimeout is longer than the 12.6 s a TCP stream that
+	// still makes progress can stall for: six retransmissions in a row,
+	// their timeout doubling from 200 ms.
+	DefaultFrameTimeout = 15 * time.Second
 )
 
 // resolve returns the configuration c stands for, defaults filled in.
@@ -175,6 +186,9 @@ func (c *Config) resolve() Config {
 	}
 	if r.DeadPeerTimeout == 0 {
 		r.DeadPeerTimeout = DefaultDeadPeerTimeout
+	}
+	if r.FrameTimeout == 0 {
+		r.FrameTimeout = DefaultFrameTimeout
 	}
 	return r
 }
