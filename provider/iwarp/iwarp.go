@@ -87,6 +87,20 @@
 // flush what is outstanding. An RDMA Read that the peer refuses completes
 // with REM_ACCESS_ERR when the peer's Terminate names it.
 //
+// A frame that a peer begins and never finishes would hold the connection
+// for ever (siw waits so): once a frame has gone Config.FrameTimeout
+// (default 15 s) without a byte more, the connection ends with a Terminate
+// (LLP, MPA, "TCP connection lost", which RFC 5044 gives for a stream lost
+// by timeout), the QP goes to ERR with a QP_FATAL event and everything
+// outstanding is flushed. Progress resets the bound, so a slow peer that
+// keeps sending is never cut off; bytes that wait in the socket for an
+// application that has stopped polling are not the peer's stall either.
+// The check costs the receive path a counter: a connection's timer runs
+// only while a frame is incomplete, ticking at a quarter of the bound, so
+// a stalled peer is cut between FrameTimeout and 1.5 FrameTimeout after
+// its last byte, in automatic and polled progress alike. (The MPA
+// exchange before it has its own bound, Config.AcceptTimeout.)
+//
 // # Extensions between goverbs peers
 //
 // The extensions are offered only when the application asks
