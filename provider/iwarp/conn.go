@@ -127,6 +127,8 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 		c.frameTimeout = cfg.FrameTimeout
 		c.stall = time.AfterFunc(time.Hour, c.checkStall)
 		c.stall.Stop() // armed by the receive side (armStall)
+	} else {
+		c.rx.stallArmed = true // no bound: never armed
 	}
 	return c
 }

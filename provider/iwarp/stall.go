@@ -24,9 +24,6 @@ func (c *conn) stallTick() time.Duration { return max(c.frameTimeout/4, 10*time.
 
 // armStall starts the check; rx.mu is held, and the check is not running.
 func (c *conn) armStall() {
-	if c.stall == nil {
-		return // no bound (Config.FrameTimeout < 0)
-	}
 	s := &c.rx
 	s.stallArmed, s.stallSeen, s.stallSince = true, s.prog, time.Now()
 	c.stall.Reset(c.stallTick())

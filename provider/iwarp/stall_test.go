@@ -437,3 +437,22 @@ func TestManyStalledFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameTimeoutOff: with a negative FrameTimeout a frame may pause as
+// long as it likes (siw's behaviour): the connection stays, and the frame
+// completes when its bytes come.
+func TestFrameTimeoutOff(t *testing.T) {
+	leakcheck.Check(t)
+	r := startResponder(t, respOpts{cfg: &iwarp.Config{FrameTimeout: -1}})
+	s := r.side
+	s.MustPostRecv(t, s.Recv(100, 0, 128))
+	send := fin(untaggedMsg(wire.OpSend, true, wire.QNSend, 1, 0, payload(64)), false)
+	r.raw.write(t, send[:1])
+	time.Sleep(500 * time.Millisecond) // longer than any bound the other tests set
+	if err := r.conn.Err(); err != nil {
+		t.Fatalf("connection ended: %v", err)
+	}
+	r.raw.write(t, send[1:])
+	wcs, _ := pollWCs(t, s.RecvCQ, s.QP, 1, false)
+	conformance.ExpectWC(t, wcs[0], 100, verbs.WCSuccess, verbs.WCRecv)
+}
