@@ -456,3 +456,80 @@ func TestFrameTimeoutOff(t *testing.T) {
 	wcs, _ := pollWCs(t, s.RecvCQ, s.QP, 1, false)
 	conformance.ExpectWC(t, wcs[0], 100, verbs.WCSuccess, verbs.WCRecv)
 }
+
+// TestFrameStallInitiator: the bound protects a connection made by Dial
+// too: a server that answers the MPA Request and then sends one byte of a
+// frame is cut off the same way.
+func TestFrameStallInitiator(t *testing.T) {
+	leakcheck.Check(t)
+	const bound = 300 * time.Millisecond
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	type served struct {
+		term wire.TerminateInfo
+		err  error
+	}
+	res := make(chan served, 1)
+	go func() {
+		nc, err := tl.Accept()
+		if err != nil {
+			res <- served{err: err}
+			return
+		}
+		p := &rawPeer{nc: nc.(*net.TCPConn)}
+		defer p.nc.Close()
+		req, err := p.readMPA()
+		if err != nil {
+			res <- served{err: err}
+			return
+		}
+		reply, _, err := wire.NegotiateResponder(req, wire.Local{IRD: 1, ORD: 1})
+		if err != nil {
+			res <- served{err: err}
+			return
+		}
+		b, err := wire.AppendMPA(nil, &reply)
+		if err == nil {
+			_, err = p.nc.Write(append(b, 0)) // the Reply and one byte of an FPDU
+		}
+		for err == nil {
+			// Whatever comes before it (the start-up nudge), then the Terminate.
+			var f []byte
+			if f, err = p.readFPDU(); err == nil {
+				if h := wire.Header(f[:wire.MPALenLen+int(binary.BigEndian.Uint16(f))]); h.Opcode() == wire.OpTerminate {
+					info, err := wire.ParseTerminate(h)
+					res <- served{info, err}
+					return
+				}
+			}
+		}
+		res <- served{err: err}
+	}()
+	s := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+	toInit(t, s.QP)
+	s.MustPostRecv(t, s.Recv(100, 0, 64))
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	c, err := iwarp.Dial(ctx, tl.Addr().String(), s.QP, iwarp.Params{IRD: 1, ORD: 1}, &iwarp.Config{FrameTimeout: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect()
+	wcs, _ := pollWCs(t, s.RecvCQ, s.QP, 1, false)
+	conformance.ExpectWC(t, wcs[0], 100, verbs.WCWRFlushErr, 0)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("the server saw no Terminate: %v", r.err)
+	}
+	if want := wire.TermMPA(wire.MPAStreamLost); r.term.RFC.Cause != want {
+		t.Errorf("Terminate cause %v, want %v", r.term.RFC.Cause, want)
+	}
+	waitDone(t, c)
+	var te *iwarp.TerminateError
+	if err := c.Err(); !errors.As(err, &te) || !te.Sent {
+		t.Errorf("conn.Err() = %v, want the Terminate sent", err)
+	}
+}
