@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,6 +195,21 @@ func TestManyStalledFrames(t *testing.T) {
 		bound   = 2 * time.Second
 		slack   = 3 * time.Second // a loaded machine; a hang guard, not a measurement
 	)
+	// Each stalled connection takes two descriptors in this process, its
+	// two ends; Go raises the soft limit to the hard one at start, but a
+	// hard limit of 1,024 is not rare.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if need := uint64(2*stalled + 512); lim.Cur < need {
+		raised := lim
+		raised.Cur = need
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
+			t.Fatalf("%d descriptors needed, the limit is %d (hard %d): %v", need, lim.Cur, lim.Max, err)
+		}
+		defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
 	fds0 := openFDs(t)
 	g0 := runtime.NumGoroutine()
 	ln, err := iwarp.Listen("127.0.0.1:0", &iwarp.Config{FrameTimeout: bound})
