@@ -110,8 +110,8 @@ func printCounters(asJSON, all bool) error {
 			fmt.Fprintf(w, "  errors\t%s\n", strings.Join(errs, ", "))
 		}
 		if s.Wire != nil {
-			fmt.Fprintf(w, "  wire\tsent %d (%d writes)\treceived %d\tsend_fail %d\tbad_icrc %d\tmalformed %d\tno_qp %d\n",
-				s.Wire.Sent, s.Wire.Writes, s.Wire.Received, s.Wire.SendFail, s.Wire.BadICRC, s.Wire.Malformed, s.Wire.NoQP)
+			fmt.Fprintf(w, "  wire\tsent %d (%d writes)\treceived %d\tsend_fail %d\tbad_icrc %d\tmalformed %d\tno_qp %d\tcm_timeout %d\n",
+				s.Wire.Sent, s.Wire.Writes, s.Wire.Received, s.Wire.SendFail, s.Wire.BadICRC, s.Wire.Malformed, s.Wire.NoQP, s.Wire.CMTimeout)
 		}
 	}
 	return w.Flush()
