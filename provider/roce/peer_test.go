@@ -34,7 +34,6 @@ type peer struct {
 	rpsn    uint32 // the PSN of the peer's next request
 	buf     [9000]byte
 	pkt     ib.Packet
-	pending []byte
 }
 
 const peerQPN = 0x4242 // the peer's QP number (never looked up)
