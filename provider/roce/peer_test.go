@@ -24,16 +24,16 @@ import (
 // rules, its READ retries from a mid-message PSN), and reads what goverbs
 // answers: the IB transport's rules against a peer that is not goverbs.
 type peer struct {
-	t       *testing.T
-	c       *net.UDPConn
-	addr    netip.Addr // the peer's
-	to      netip.Addr // goverbs' device
-	qpn     uint32     // the goverbs QP
-	crc     ib.Scratch
-	x       *conformance.Side
-	rpsn    uint32 // the PSN of the peer's next request
-	buf     [9000]byte
-	pkt     ib.Packet
+	t    *testing.T
+	c    *net.UDPConn
+	addr netip.Addr // the peer's
+	to   netip.Addr // goverbs' device
+	qpn  uint32     // the goverbs QP
+	crc  ib.Scratch
+	x    *conformance.Side
+	rpsn uint32 // the PSN of the peer's next request
+	buf  [9000]byte
+	pkt  ib.Packet
 }
 
 const peerQPN = 0x4242 // the peer's QP number (never looked up)
