@@ -1,6 +1,9 @@
-// Package testpair makes connected QP pairs over each pure-Go provider
-// for the tests of packages above them (faults, capture).
-package testpair
+// Package rdmacmtest is a test helper, as net/http/httptest is: it makes
+// connected QP pairs over each pure-Go provider (through rdmacm, or
+// loop.Connect) for the tests of packages that sit above the providers
+// (faults, capture). It imports rdmacm and provider/loop, so no package
+// below them may import it; only _test files do.
+package rdmacmtest
 
 import (
 	"context"

@@ -1,0 +1,91 @@
+package rdmacm
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// transportFor parses an address and finds its transport.
+func transportFor(addr string) (cm.Transport, string, error) {
+	scheme, rest := "tcp", addr
+	if i := strings.Index(addr, "://"); i > 0 {
+		scheme, rest = addr[:i], addr[i+3:]
+	} else if strings.HasPrefix(addr, "unix:") {
+		scheme, rest = "unix", strings.TrimPrefix(addr, "unix:")
+	} else if k, ok := cm.Lookup("rdma"); ok {
+		// The kernel's CM (see the package doc): forced, or when it claims addr.
+		switch os.Getenv("GOVERBS_CM") {
+		case "kernel":
+			scheme = "rdma"
+		case "goverbs":
+		default:
+			if c, ok := k.(cm.Claimer); ok && c.Claims(rest) {
+				scheme = "rdma"
+			}
+		}
+	}
+	t, ok := cm.Lookup(scheme)
+	if !ok {
+		return nil, "", fmt.Errorf("%w: no transport for %q in address %q (the schemes are host:port, tcp://host:port, roce://host:port, unix:/path and unix:@name)", verbs.ErrNotSupported, scheme, addr)
+	}
+	if rest == "" {
+		return nil, "", fmt.Errorf("%w: address %q is empty", verbs.ErrInvalid, addr)
+	}
+	if scheme == "tcp" && (rest[0] == '@' || rest[0] == '/') {
+		// A unix socket's own spelling, without the scheme that says so.
+		return nil, "", fmt.Errorf("%w: address %q: a shared-memory address is unix:%s", verbs.ErrInvalid, addr, rest)
+	}
+	return t, rest, nil
+}
+
+// Addr is the address of an identifier over a transport whose addresses
+// are dialed with their scheme (shared memory, RoCE): its String is the
+// form Dial and Listen accept, "unix:@name", "unix:/path" or
+// "roce://host:port". Over TCP, LocalAddr and RemoteAddr return the
+// *net.TCPAddr itself, whose String Dial accepts as it is.
+type Addr struct {
+	// Scheme is the transport's: "unix" or "roce".
+	Scheme string
+	// Addr is the transport's own address: a *net.UnixAddr (an unnamed
+	// socket, a dialer's end, has an empty Name), or a *net.UDPAddr whose
+	// port is rdma_cm's port.
+	Addr net.Addr
+}
+
+// Network returns the scheme.
+func (a *Addr) Network() string { return a.Scheme }
+
+// String returns the address as Dial takes it; "" for an unnamed socket.
+func (a *Addr) String() string {
+	s := a.Addr.String()
+	switch {
+	case s == "":
+		return ""
+	case a.Scheme == "unix":
+		return "unix:" + s
+	}
+	return a.Scheme + "://" + s
+}
+
+// addrOf gives a transport's address the form Dial takes.
+func (id *ID) addrOf(a net.Addr) net.Addr {
+	if a == nil || id.tr.Name() == "tcp" {
+		return a
+	}
+	return &Addr{Scheme: id.tr.Name(), Addr: a}
+}
+
+// deviceName is the device that serves addr: the transport's, or, for a
+// transport whose device depends on the address (RoCE), the one of the
+// local address the peer is reached from (rdma_resolve_addr's choice).
+func deviceName(t cm.Transport, addr string) (string, error) {
+	if r, ok := t.(cm.Router); ok {
+		return r.DeviceFor(addr, false)
+	}
+	return t.DeviceName(), nil
+}
