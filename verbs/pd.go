@@ -22,12 +22,12 @@ func (pd *PD) Context() *Context { return pd.ctx }
 // Dealloc frees the PD (ibv_dealloc_pd). It returns ErrBusy while regions,
 // queue pairs, SRQs or address handles still use it. A parent domain
 // (AllocParentDomain) returns ErrBusy while QPs created through it
-// remain; the PD it stands for stays.
+// remain; the PD it stands for stays. A second Dealloc returns nil.
 func (pd *PD) Dealloc() error {
 	if pd.base != nil {
-		return pd.deallocParent()
+		return again(pd.deallocParent())
 	}
-	return pd.d.Dealloc()
+	return again(pd.d.Dealloc())
 }
 
 // RegMR registers buf with the given access rights (ibv_reg_mr) and returns
@@ -71,7 +71,8 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 }
 
 // CreateQP creates a queue pair (ibv_create_qp). The QP starts in RESET.
-// It returns ErrInvalid for a missing CQ, a CQ or SRQ of another context,
+// Zero fields of attr (its QPType, each capability) mean the defaults
+// QPInitAttr and QPCap describe. It returns ErrInvalid for a missing CQ, a CQ or SRQ of another context,
 // an SRQ on a QP type that cannot use one, or capabilities beyond the
 // device's limits, and ErrNotSupported for QP types the provider lacks.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
@@ -84,8 +85,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil && attr.SRQ.pd.ctx != pd.ctx {
 		return nil, fmt.Errorf("%w: SRQ of another context", ErrInvalid)
 	}
-	if c := attr.Cap; c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
-		return nil, fmt.Errorf("%w: negative capability %+v", ErrInvalid, c)
+	attr.Cap = attr.Cap.withDefaults(attr.SRQ != nil)
+	if attr.QPType == 0 {
+		attr.QPType = QPTRC
 	}
 	if pd.base != nil && !pd.qps.take() {
 		return nil, ErrClosed // a freed parent domain
@@ -182,4 +184,4 @@ func (ah *AH) PD() *PD { return ah.pd }
 func (ah *AH) Attr() AHAttr { return ah.attr }
 
 // Destroy destroys the address handle (ibv_destroy_ah).
-func (ah *AH) Destroy() error { return ah.d.Destroy() }
+func (ah *AH) Destroy() error { return again(ah.d.Destroy()) }

@@ -120,13 +120,13 @@ func (qp *QP) State() QPState {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
-// discarded without completions.
+// discarded without completions. A second Destroy returns nil.
 func (qp *QP) Destroy() error {
 	err := qp.d.Destroy()
 	if err == nil && qp.pd.base != nil {
 		qp.pd.qps.drop()
 	}
-	return err
+	return again(err)
 }
 
 // SRQ is a shared receive queue (struct ibv_srq): receive buffers that any
@@ -159,5 +159,6 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error { return s.d.Modify(&
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() (SRQAttr, error) { return s.d.Query() }
 
-// Destroy destroys the SRQ (ibv_destroy_srq). It returns ErrBusy while QPs use it.
-func (s *SRQ) Destroy() error { return s.d.Destroy() }
+// Destroy destroys the SRQ (ibv_destroy_srq). It returns ErrBusy while QPs
+// use it; a second Destroy returns nil.
+func (s *SRQ) Destroy() error { return again(s.d.Destroy()) }
