@@ -61,7 +61,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
-	"github.com/goverbs/goverbs/provider/roce"
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -219,7 +219,8 @@ func Inject(plan Plan) (*Injector, error) {
 		cm.SetRefuseHook(in.refuse)
 	}
 	if wire {
-		in.restore = roce.SetWireFaults(in.datagram)
+		old := hook.RoCEWire.Set(in.datagram, false)
+		in.restore = func() { hook.RoCEWire.Set(old, old == nil) }
 	}
 	return in, nil
 }
@@ -385,7 +386,7 @@ func (in *Injector) refuse() bool {
 }
 
 // datagram is the RoCE devices' wire hook.
-func (in *Injector) datagram([]byte) roce.FaultKind {
+func (in *Injector) datagram([]byte) hook.WireFault {
 	n := in.grams.Add(1)
 	for i, r := range in.plan.Rules {
 		if !r.Action.onWire() || !in.hit(i, 1, n) {
@@ -394,14 +395,14 @@ func (in *Injector) datagram([]byte) roce.FaultKind {
 		in.record(Fired{Rule: i, Action: r.Action, Seq: n})
 		switch r.Action {
 		case WireDrop:
-			return roce.FaultDrop
+			return hook.WireDrop
 		case WireDup:
-			return roce.FaultDup
+			return hook.WireDup
 		default:
-			return roce.FaultHold
+			return hook.WireHold
 		}
 	}
-	return roce.FaultPass
+	return hook.WirePass
 }
 
 // mix hashes its arguments (splitmix64 steps).

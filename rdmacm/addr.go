@@ -1,9 +1,11 @@
 package rdmacm
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/goverbs/goverbs/internal/cm"
@@ -40,7 +42,30 @@ func transportFor(addr string) (cm.Transport, string, error) {
 		// A unix socket's own spelling, without the scheme that says so.
 		return nil, "", fmt.Errorf("%w: address %q: a shared-memory address is unix:%s", verbs.ErrInvalid, addr, rest)
 	}
+	if scheme != "unix" {
+		if err := checkHostPort(rest); err != nil {
+			return nil, "", fmt.Errorf("%w: address %q: %v", verbs.ErrInvalid, addr, err)
+		}
+	}
 	return t, rest, nil
+}
+
+// checkHostPort refuses what no dial can reach, so that it is an invalid
+// argument at once rather than an unreachable peer later: a missing or
+// malformed port, a port past 65535, an unbalanced bracket.
+func checkHostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return errors.New(ae.Err) // its own message repeats the address
+		}
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // Addr is the address of an identifier over a transport whose addresses
@@ -64,8 +89,8 @@ func (a *Addr) Network() string { return a.Scheme }
 func (a *Addr) String() string {
 	s := a.Addr.String()
 	switch {
-	case s == "":
-		return ""
+	case s == "" || s == "@":
+		return "" // an unnamed socket (a dialer's end): nothing to dial
 	case a.Scheme == "unix":
 		return "unix:" + s
 	}

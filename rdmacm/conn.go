@@ -40,6 +40,7 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	cp.Config = id.providerConfig()
 	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
 	if err != nil {
+		err = public(err)
 		var rej *RejectedError
 		switch {
 		case errors.As(err, &rej):
@@ -256,10 +257,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		r, err = ln.Next(ctx)
 	}
 	if err != nil {
-		if errors.Is(err, cm.ErrClosed) {
-			return nil, ErrClosed
-		}
-		return nil, err
+		return nil, public(err)
 	}
 	nid := &ID{tr: id.tr, ps: id.ps, vctx: id.vctx, pd: id.pd, events: make(chan Event, 64), done: make(chan struct{}),
 		state: stateRequest, req: r, peerPD: r.PrivateData(), peerIRD: r.IRD(), peerORD: r.ORD(), listenID: id}
@@ -298,9 +296,6 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 	if err != nil {
 		return err
 	}
-	if p == nil {
-		cp.IRD, cp.ORD = 128, 128
-	}
 	conn, err := req.Accept(qp, cp)
 	if err != nil {
 		id.mu.Lock()
@@ -308,7 +303,7 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 			id.state = stateDisconnected
 		}
 		id.mu.Unlock()
-		return err
+		return public(err)
 	}
 	return id.established(conn, Event{Type: EventEstablished, ResponderResources: conn.IRD(), InitiatorDepth: conn.ORD()})
 }

@@ -2,8 +2,11 @@ package rdmacm
 
 import (
 	"errors"
+	"fmt"
+	"net"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Errors of connection setup. Dial and Connect return a *RejectedError
@@ -12,8 +15,10 @@ import (
 var (
 	ErrRejected    = cm.ErrRejected
 	ErrUnreachable = cm.ErrUnreachable
-	// ErrClosed is what the methods of a closed identifier return.
-	ErrClosed = errors.New("rdmacm: identifier closed")
+	// ErrClosed is what the methods of a closed identifier return. It
+	// matches verbs.ErrClosed and net.ErrClosed too (errors.Is), so code
+	// that tests either keeps working.
+	ErrClosed error = closedError{}
 
 	// An EventDisconnected's Err wraps ErrDisconnected when the peer ended
 	// the connection and ErrLocalDisconnect when this side did (Disconnect,
@@ -22,25 +27,105 @@ var (
 	ErrLocalDisconnect = cm.ErrLocalDisconnect
 )
 
-// RejectedError is the error of a connection that was refused. Its
-// fields:
-//
-//	PrivateData []byte // what the peer sent with its rejection (rdma_reject); nil when the system refused
-//	Reason      string // why, when the transport knows more than "rejected by the peer"
-//	Err         error  // the cause when the system refused: syscall.ECONNREFUSED (nobody
-//	                   // listens at the address), syscall.EACCES (the listener does not
-//	                   // admit this process); nil when the peer rejected by its own choice
-//
+type closedError struct{}
+
+func (closedError) Error() string { return "rdmacm: identifier closed" }
+
+// Is matches the closed errors of verbs and net.
+func (closedError) Is(target error) bool {
+	return target == verbs.ErrClosed || target == net.ErrClosed
+}
+
+// RejectedError is the error of a connection that was refused: by the peer
+// (rdma_reject), or by the system before any peer could answer (nobody
+// listens at the address; the listener's permissions exclude this
+// process), which librdmacm reports as a rejection too.
 // errors.Is(err, ErrRejected) holds for every rejection, and errors.Is(err,
-// syscall.ECONNREFUSED) (or EACCES) when Err is that errno. EventRejected
-// carries the same error and private data.
-type RejectedError = cm.RejectedError
+// syscall.ECONNREFUSED) (or EACCES, or ENOENT for a unix: path with no
+// socket) when Err is that errno. EventRejected carries the same error and
+// private data.
+type RejectedError struct {
+	// PrivateData is what the peer sent with its rejection (rdma_reject);
+	// nil when the system refused.
+	PrivateData []byte
+	// Reason says why, when the transport knows more than "rejected by
+	// the peer" (e.g. "connection refused").
+	Reason string
+	// Err is the cause when the system refused the connection: it wraps
+	// syscall.ECONNREFUSED when nobody listens at the address (and
+	// syscall.ENOENT too for a unix: path where there is no socket),
+	// syscall.EACCES when the listener does not admit this process. It is
+	// nil when the peer rejected by its own choice.
+	Err error
+}
+
+// Error describes the rejection.
+func (e *RejectedError) Error() string {
+	switch {
+	case e.Reason != "":
+		return "rdmacm: connection rejected: " + e.Reason
+	case e.Err != nil:
+		return "rdmacm: connection rejected: " + e.Err.Error()
+	}
+	return "rdmacm: connection rejected by the peer"
+}
+
+// Unwrap lets errors.Is(err, ErrRejected) hold, and errors.Is with the
+// cause (syscall.ECONNREFUSED, syscall.EACCES) when there is one.
+func (e *RejectedError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrRejected, e.Err}
+	}
+	return []error{ErrRejected}
+}
 
 // AcceptError is GetRequest's report that the listener failed to accept a
 // connection (out of descriptors: errors.Is(err, syscall.EMFILE); out of
 // memory or buffers; a connection aborted before it was accepted). The
-// listener goes on listening, and GetRequest may be called again; out of
-// descriptors, the waiting connection was refused at once (Shed), so its
-// dialer fails now rather than at its timeout. Like a net.Error, it says
-// Temporary.
-type AcceptError = cm.AcceptError
+// listener goes on listening, and GetRequest may be called again. Like a
+// net.Error, it says Temporary.
+type AcceptError struct {
+	// Err is the cause.
+	Err error
+	// Shed says that, out of descriptors, the waiting connection was
+	// accepted and closed at once (its dialer was refused), so that its
+	// dialer fails now rather than at its timeout.
+	Shed bool
+}
+
+func (e *AcceptError) Error() string {
+	if e.Shed {
+		return fmt.Sprintf("rdmacm: accept: %v (a connection request was refused; still listening)", e.Err)
+	}
+	return fmt.Sprintf("rdmacm: accept: %v (still listening)", e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *AcceptError) Unwrap() error { return e.Err }
+
+// Temporary reports true: the listener goes on (as net.Error's).
+func (e *AcceptError) Temporary() bool { return true }
+
+// Timeout reports false.
+func (e *AcceptError) Timeout() bool { return false }
+
+// public gives an error of the transports the types of this package: a
+// rejection is a *RejectedError, a failed accept an *AcceptError, and a
+// closed transport object ErrClosed. Other errors pass as they are.
+func public(err error) error {
+	if err == nil {
+		return nil
+	}
+	var rej *cm.RejectedError
+	if errors.As(err, &rej) {
+		return &RejectedError{PrivateData: rej.PrivateData, Reason: rej.Reason, Err: rej.Err}
+	}
+	var ae *cm.AcceptError
+	if errors.As(err, &ae) {
+		return &AcceptError{Err: ae.Err, Shed: ae.Shed}
+	}
+	if errors.Is(err, cm.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}

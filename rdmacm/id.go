@@ -55,15 +55,15 @@ type ID struct {
 
 	userData any
 
-	pcfg any       // SetProviderConfig's
+	pcfg any       // IDOptions' configuration of the transport
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
 }
 
-// Context returns the device context the identifier is bound to (the
-// verbs field of rdma_cm_id). It changes only when a connect or listen picks
-// another device before a QP exists.
-func (id *ID) Context() *verbs.Context {
+// DeviceContext returns the device context the identifier is bound to
+// (the verbs field of rdma_cm_id). It changes only when a connect or listen
+// picks another device before a QP exists.
+func (id *ID) DeviceContext() *verbs.Context {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.vctx
@@ -126,18 +126,6 @@ func (id *ID) UserData() any {
 func (id *ID) SetUserData(v any) {
 	id.mu.Lock()
 	id.userData = v
-	id.mu.Unlock()
-}
-
-// SetProviderConfig gives the identifier's provider a configuration of its
-// own, for the Listen or Connect that follows (as rdma_set_option sets a
-// provider's options): a *iwarp.Config for a TCP address, a *shm.Config
-// for a unix: address; a configuration of another provider is ignored,
-// and nil means the provider's defaults. Requests a listener yields are
-// accepted with the listener's.
-func (id *ID) SetProviderConfig(cfg any) {
-	id.mu.Lock()
-	id.pcfg = cfg
 	id.mu.Unlock()
 }
 
@@ -285,8 +273,3 @@ func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 		return Event{}, ctx.Err()
 	}
 }
-
-// CreateQP creates the identifier's QP on its device (rdma_create_qp). With
-// pd nil the device's default PD is used. When attr's CQs are nil, the
-// identifier creates a send CQ and a receive CQ, each with its own
-// completion channel (for GetSendComp / GetRecvComp), sized from the QP's

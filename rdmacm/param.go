@@ -4,19 +4,36 @@ import (
 	"fmt"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// ConnParam are the connection parameters (struct rdma_conn_param).
+// ConnParam are the connection parameters (struct rdma_conn_param). Its
+// zero value, like a nil *ConnParam, asks for what a connection needs to
+// do everything: the most RDMA reads and atomics each way, the transport's
+// retries and receiver-not-ready retries for ever. A negative field asks
+// for none (0 in C's struct): InitiatorDepth: -1 for a side that never
+// reads.
 type ConnParam struct {
+	// PrivateData goes with the request, accept or reject (private_data).
 	PrivateData []byte
-	// ResponderResources is the number of RDMA reads/atomics this side accepts
-	// outstanding (IRD); InitiatorDepth the number it issues (ORD). 0xFF (or
-	// a nil *ConnParam) means the device maximum, as in librdmacm.
-	ResponderResources uint8
-	InitiatorDepth     uint8
-	RetryCount         uint8 // retry_cnt of the QP over RoCE (0 means 7); iWARP (TCP) and shm have no retries
-	RNRRetryCount      uint8 // rnr_retry of the QP (7: retry for ever); a nil *ConnParam means 7
+	// ResponderResources (responder_resources, IRD) is the number of RDMA
+	// reads and atomics this side serves at once; 0 means the device
+	// maximum, as MaxDepth (RDMA_MAX_RESP_RES) does.
+	ResponderResources int
+	// InitiatorDepth (initiator_depth, ORD) is the number this side
+	// issues at once; 0 means the device maximum (MaxDepth,
+	// RDMA_MAX_INIT_DEPTH).
+	InitiatorDepth int
+	// RetryCount (retry_count) is the QP's transport retries over RoCE,
+	// 7 at most; 0 means 7 (and so does a negative one over roce://,
+	// whose provider takes none as its default). iWARP (TCP) and shared
+	// memory have no retries.
+	RetryCount int
+	// RNRRetryCount (rnr_retry_count) is how often the peer retries a
+	// SEND that finds no receive posted, 7 at most (7: for ever); 0
+	// means 7.
+	RNRRetryCount int
 	// Extensions (Connect only) offers the provider's extensions: over
 	// iWARP, RFC 7306 immediate data and atomics, which only goverbs peers
 	// speak. Leave it off towards other peers (see package iwarp).
@@ -24,31 +41,35 @@ type ConnParam struct {
 }
 
 // MaxDepth is RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the device maximum.
+// A zero ConnParam field means the same.
 const MaxDepth = 0xFF
+
+// deviceDepth is what MaxDepth stands for: the most any provider serves.
+const deviceDepth = 128
 
 func params(p *ConnParam, maxPD int) (cm.Params, error) {
 	if p == nil {
-		return cm.Params{IRD: 128, ORD: 128, RNRRetry: 7}, nil
+		p = &ConnParam{}
 	}
 	if len(p.PrivateData) > maxPD {
 		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
 	}
-	cp := cm.Params{PrivateData: p.PrivateData, IRD: int(p.ResponderResources), ORD: int(p.InitiatorDepth), Extensions: p.Extensions,
-		RNRRetry: min(p.RNRRetryCount, 7), RetryCount: min(p.RetryCount, 7)}
-	if p.ResponderResources == MaxDepth {
-		cp.IRD = 128
+	depth := func(v int) int {
+		if v == MaxDepth {
+			return deviceDepth
+		}
+		return min(defaults.Int(v, deviceDepth), deviceDepth)
 	}
-	if p.InitiatorDepth == MaxDepth {
-		cp.ORD = 128
-	}
-	return cp, nil
+	retry := func(v int) uint8 { return uint8(min(defaults.Int(v, 7), 7)) }
+	return cm.Params{PrivateData: p.PrivateData, IRD: depth(p.ResponderResources), ORD: depth(p.InitiatorDepth),
+		Extensions: p.Extensions, RNRRetry: retry(p.RNRRetryCount), RetryCount: retry(p.RetryCount)}, nil
 }
 
+// defaultQPAttr is Dial's QP: attr, or a zero QPInitAttr when attr is nil,
+// whose zero fields CreateQP fills in.
 func defaultQPAttr(attr *verbs.QPInitAttr) verbs.QPInitAttr {
 	if attr != nil {
 		return *attr
 	}
-	return verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
+	return verbs.QPInitAttr{}
 }
-
-// Listen creates a listening identifier at addr (rdma_create_id +

@@ -3,10 +3,18 @@ package rdmacm
 import (
 	"fmt"
 
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// capabilities. The QP is left in INIT, ready to be connected.
+// CreateQP creates the identifier's QP on its device (rdma_create_qp). With
+// pd nil the device's default PD is used. When attr's CQs are nil, the
+// identifier creates a send CQ and a receive CQ, each with its own
+// completion channel (for GetSendComp / GetRecvComp), sized from the QP's
+// capabilities. A zero QPType is the port space's (RC, or UD in
+// PortSpaceUDP), and zero capabilities are verbs.QPCap's defaults, but
+// MaxInlineData, which is 64 here (negative: none). The QP is left in
+// INIT, ready to be connected.
 func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -30,6 +38,10 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 	}
 	if (id.ps == PortSpaceUDP) != (attr.QPType == verbs.QPTUD) {
 		return fmt.Errorf("%w: the UDP port space has UD QPs, the TCP one RC QPs", verbs.ErrInvalid)
+	}
+	attr.Cap.MaxInlineData = defaults.Int(attr.Cap.MaxInlineData, defaults.RDMAInline)
+	if attr.Cap.MaxInlineData == 0 {
+		attr.Cap.MaxInlineData = -1 // none: 0 would be verbs' default again
 	}
 	if attr.SendCQ == nil && attr.RecvCQ == nil {
 		if err := id.createCQs(attr.Cap); err != nil {
@@ -76,12 +88,15 @@ func (id *ID) createCQs(c verbs.QPCap) error {
 		id.sendCh.Close()
 		return err
 	}
-	if id.sendCQ, err = id.vctx.CreateCQ(max(c.MaxSendWR, 1), id.sendCh); err != nil {
+	// The CQs hold a completion of every WR the QP holds: the QP's
+	// capabilities after verbs' defaults.
+	sendWR, recvWR := defaults.Int(c.MaxSendWR, defaults.QPWR), defaults.Int(c.MaxRecvWR, defaults.QPWR)
+	if id.sendCQ, err = id.vctx.CreateCQ(max(sendWR, 1), id.sendCh); err != nil {
 		id.sendCh.Close()
 		id.recvCh.Close()
 		return err
 	}
-	if id.recvCQ, err = id.vctx.CreateCQ(max(c.MaxRecvWR, 1), id.recvCh); err != nil {
+	if id.recvCQ, err = id.vctx.CreateCQ(max(recvWR, 1), id.recvCh); err != nil {
 		id.sendCQ.Destroy()
 		id.sendCh.Close()
 		id.recvCh.Close()

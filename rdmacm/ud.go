@@ -7,6 +7,8 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/udqp"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -33,13 +35,22 @@ const UDPQKey = cm.UDPQKey
 const maxUDPrivateData = 256
 
 // IDOptions shape an identifier (rdma_create_id's port space,
-// rdma_resolve_addr's source address).
+// rdma_resolve_addr's source address, and what rdma_set_option sets of a
+// provider's). The zero value is CreateID's identifier.
 type IDOptions struct {
 	// Source is the local address connections leave from ("": the
 	// route's; see CreateIDFrom).
 	Source string
 	// PortSpace is the identifier's port space (default PortSpaceTCP).
 	PortSpace PortSpace
+	// TCP configures the iWARP provider for a host:port or tcp://
+	// address: its Listen, or its Connect (nil: the provider's
+	// defaults). Requests a listener yields are accepted with the
+	// listener's.
+	TCP *iwarp.Config
+	// Unix configures the shared-memory provider for a unix: address, as
+	// TCP does iWARP.
+	Unix *shm.Config
 }
 
 // NewID creates an identifier for addr with options (CreateID is NewID
@@ -61,6 +72,16 @@ func NewID(addr string, o IDOptions) (*ID, error) {
 		return nil, fmt.Errorf("%w: port space %d", verbs.ErrInvalid, o.PortSpace)
 	}
 	id.ps = o.PortSpace
+	switch id.tr.Name() {
+	case "tcp":
+		if o.TCP != nil {
+			id.pcfg = o.TCP
+		}
+	case "unix":
+		if o.Unix != nil {
+			id.pcfg = o.Unix
+		}
+	}
 	return id, nil
 }
 
@@ -96,6 +117,7 @@ func (id *ID) resolveUD(ctx context.Context, qp *verbs.QP, p *ConnParam) error {
 	cp.Config = id.providerConfig()
 	peer, err := id.tr.(cm.UDResolver).ResolveUD(ctx, id.addr, qp, cp)
 	if err != nil {
+		err = public(err)
 		var rej *RejectedError
 		switch {
 		case errors.As(err, &rej):

@@ -57,7 +57,7 @@ func NewConnReq(peer *Peer, addr, port string, cfg *ConnCfg) (*ConnReq, error) {
 func (r *ConnReq) setup() error {
 	cfg := &r.cfg
 	ctx := r.peer.ctx
-	if r.id.Context() != ctx {
+	if r.id.DeviceContext() != ctx {
 		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
 	}
 	var err error

@@ -45,7 +45,7 @@ func (p *Peer) Listen(addr, port string) (*Ep, error) {
 	if err != nil {
 		return nil, provider("rdma_listen", err)
 	}
-	if id.Context() != p.ctx {
+	if id.DeviceContext() != p.ctx {
 		id.Close()
 		return nil, wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
 	}

@@ -140,7 +140,7 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 			return nil, err
 		}
 	}
-	c, err := newConn(connSetup{ctx: req.Context(), pd: pd})
+	c, err := newConn(connSetup{ctx: req.DeviceContext(), pd: pd})
 	if err != nil {
 		req.Reject(nil)
 		req.Close()

@@ -143,9 +143,9 @@ type Conn interface {
 
 // Errors of the connection setup.
 var (
-	ErrUnreachable = errors.New("cm: peer unreachable")
-	ErrRejected    = errors.New("cm: connection rejected")
-	ErrClosed      = errors.New("cm: closed")
+	ErrUnreachable = errors.New("peer unreachable")
+	ErrRejected    = errors.New("connection rejected")
+	ErrClosed      = errors.New("closed")
 
 	// A connection that ended in order has an Err that wraps one of these,
 	// whatever its provider: the layers above test these, never a
@@ -176,11 +176,11 @@ type RejectedError struct {
 func (e *RejectedError) Error() string {
 	switch {
 	case e.Reason != "":
-		return "cm: connection rejected: " + e.Reason
+		return "connection rejected: " + e.Reason
 	case e.Err != nil:
-		return "cm: connection rejected: " + e.Err.Error()
+		return "connection rejected: " + e.Err.Error()
 	}
-	return "cm: connection rejected by the peer"
+	return "connection rejected by the peer"
 }
 
 // Unwrap lets errors.Is(err, ErrRejected) hold, and errors.Is with the
@@ -202,7 +202,7 @@ func Ended(ctx context.Context, what string) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, what, err)
 	}
-	return fmt.Errorf("cm: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // RefusedConnect returns the rejection a failed connect(2) stands for, or nil:
@@ -216,8 +216,9 @@ func RefusedConnect(err error) *RejectedError {
 		}
 	}
 	if errors.Is(err, syscall.ENOENT) {
-		// No socket at the path: nobody listens there.
-		return &RejectedError{Reason: err.Error(), Err: syscall.ECONNREFUSED}
+		// No socket at the path: nobody listens there. Err is both, so
+		// that a test for either errno holds.
+		return &RejectedError{Reason: err.Error(), Err: errors.Join(syscall.ECONNREFUSED, syscall.ENOENT)}
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func TestRefusedConnect(t *testing.T) {
 // A rejection by the peer wraps ErrRejected only.
 func TestRejectedByThePeer(t *testing.T) {
 	var err error = &RejectedError{PrivateData: []byte("no")}
-	if !errors.Is(err, ErrRejected) || errors.Is(err, syscall.ECONNREFUSED) || err.Error() != "cm: connection rejected by the peer" {
+	if !errors.Is(err, ErrRejected) || errors.Is(err, syscall.ECONNREFUSED) || err.Error() != "connection rejected by the peer" {
 		t.Errorf("%v", err)
 	}
 }

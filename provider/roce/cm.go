@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -599,7 +598,7 @@ func Listen(addr string) (*Listener, error) {
 	return l, nil
 }
 
-var errAddrInUse = errors.New("address already in use")
+var errAddrInUse error = syscall.EADDRINUSE
 
 // freePort picks a port for a listener at port 0, as the kernel's rdma_cm
 // does: a random one of the ephemeral range that free says is free, or 0

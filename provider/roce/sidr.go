@@ -67,9 +67,9 @@ type udState struct {
 	waits map[uint32]*sidrWait
 }
 
-// ResolveUD resolves the UD QP at addr (host:port) for qp, a UD QP of a
+// resolveUD resolves the UD QP at addr (host:port) for qp, a UD QP of a
 // RoCE device (rdma_connect on an identifier of the UDP port space).
-func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byte) (cm.UDPeer, error) {
+func resolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byte) (cm.UDPeer, error) {
 	ap, err := resolve(addr)
 	if err != nil {
 		return cm.UDPeer{}, err

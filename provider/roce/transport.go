@@ -94,7 +94,7 @@ func (transport) ListenUD(addr string, cfg any) (cm.Listener, error) {
 
 // ResolveUD implements cm.UDResolver.
 func (transport) ResolveUD(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.UDPeer, error) {
-	return ResolveUD(ctx, addr, qp, p.PrivateData)
+	return resolveUD(ctx, addr, qp, p.PrivateData)
 }
 
 type udListenerCM struct{ *UDListener }
