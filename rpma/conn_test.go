@@ -28,7 +28,7 @@ func TestDescriptorsLayout(t *testing.T) {
 		t.Fatalf("descriptor % x", d)
 	}
 	r, err := rpma.RemoteMRFromDescriptor(d)
-	if err != nil || r.Size() != 300 || r.Usage() != rpma.UsageWriteDst|rpma.UsageFlushTypePersistent || r.FlushType() != rpma.UsageFlushTypePersistent {
+	if err != nil || r.Size() != 300 || r.Usage() != rpma.UsageWriteDst|rpma.UsageFlushTypePersistent || !r.SupportsFlush(rpma.FlushPersistent) || r.SupportsFlush(rpma.FlushVisibility) {
 		t.Fatalf("remote %v, %v", r, err)
 	}
 	for _, bad := range [][]byte{nil, d[:20], append(d[:20:20], 0), append(append([]byte{}, d...), 0)} {
@@ -88,8 +88,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := rpma.NewPeer(nil); !errors.Is(err, rpma.ErrInval) {
 		t.Error("NewPeer(nil)")
 	}
-	if _, err := rpma.IBVContext(""); !errors.Is(err, rpma.ErrInval) {
-		t.Error("IBVContext(\"\")")
+	if _, err := rpma.DeviceContext(""); !errors.Is(err, rpma.ErrInval) {
+		t.Error("DeviceContext(\"\")")
 	}
 	var nilPeer *rpma.Peer
 	if _, err := nilPeer.RegMR(make([]byte, 8), rpma.UsageSend); !errors.Is(err, rpma.ErrInval) {

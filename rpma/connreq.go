@@ -58,7 +58,7 @@ func (r *ConnReq) setup() error {
 	cfg := &r.cfg
 	ctx := r.peer.ctx
 	if r.id.DeviceContext() != ctx {
-		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
+		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use DeviceContext)")
 	}
 	var err error
 	if cfg.shared {

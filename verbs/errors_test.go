@@ -124,6 +124,9 @@ func TestCallErrorsAndSecondRelease(t *testing.T) {
 			t.Errorf("second %s: %v, want nil", c.what, err)
 		}
 	}
+	if _, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("RegMR on a deallocated PD: %v, want ErrClosed", err)
+	}
 	if _, err := ctx.AllocPD(); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("AllocPD on a closed context: %v, want ErrClosed", err)
 	}

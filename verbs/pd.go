@@ -136,8 +136,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 // their last 20 bytes (as Linux rxe places it), and the sender's GID is
 // its address as ::ffff:a.b.c.d; otherwise they are a GRH, with the
 // sender's GID at bytes 8 to 24. Without a GRH (wc.Flags lacks
-// WCFlagGRH) the vector is the sender's LID alone.
-func InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
+// WCFlagGRH) the vector is the sender's LID alone. Its arguments are in
+// the order of CreateAHFromWC's (C's two functions differ).
+func InitAHFromWC(wc *WC, grh []byte, port uint8) (AHAttr, error) {
 	a := AHAttr{PortNum: port, DLID: wc.SLID, SL: wc.SL}
 	if wc.Flags&WCFlagGRH == 0 {
 		return a, nil
@@ -163,7 +164,7 @@ func InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
 // CreateAHFromWC creates an address handle back to the sender of a UD
 // receive (ibv_create_ah_from_wc); see InitAHFromWC.
 func (pd *PD) CreateAHFromWC(wc *WC, grh []byte, port uint8) (*AH, error) {
-	a, err := InitAHFromWC(port, wc, grh)
+	a, err := InitAHFromWC(wc, grh, port)
 	if err != nil {
 		return nil, err
 	}

@@ -154,7 +154,13 @@ func (s *SRQ) PostRecv(wr []RecvWR) error {
 }
 
 // Modify changes the SRQ's limit (SRQAttrLimit arms the limit event) (ibv_modify_srq).
-func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error { return s.d.Modify(&attr, mask) }
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	if attr == nil {
+		return fmt.Errorf("%w: nil SRQAttr", ErrInvalid)
+	}
+	a := *attr // the provider keeps no pointer into the caller's
+	return s.d.Modify(&a, mask)
+}
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() (SRQAttr, error) { return s.d.Query() }

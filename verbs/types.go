@@ -269,11 +269,11 @@ type QPAttr struct {
 	SQDraining       bool
 	MaxRdAtomic      uint8 // ORD: outstanding RDMA Read/atomic this QP may initiate
 	MaxDestRdAtomic  uint8 // IRD: outstanding RDMA Read/atomic this QP accepts as target
-	MinRnrTimer      uint8
+	MinRNRTimer      uint8
 	PortNum          uint8
 	Timeout          uint8
 	RetryCnt         uint8
-	RnrRetry         uint8 // 7 means retry forever
+	RNRRetry         uint8 // 7 means retry forever
 	AltPortNum       uint8
 	AltTimeout       uint8
 }

@@ -45,10 +45,10 @@ func stRCStep(t *testing.T, f Fixture, st verbs.QPState, dest *Side) (verbs.QPAt
 		a.AHAttr = f.AHTo(t, dest.Ctx)
 		a.DestQPNum = dest.QP.Num()
 		return a, verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	case verbs.QPSRTS:
 		return a, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 	case verbs.QPSSQD:
 		return a, verbs.QPAttrState
 	}
@@ -132,7 +132,7 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "INIT->RTR without PATH_MTU", rtr, rtrM&^verbs.QPAttrPathMTU)
 	stRefuseModify(t, q, "INIT->RTR without RQ_PSN", rtr, rtrM&^verbs.QPAttrRQPSN)
 	stRefuseModify(t, q, "INIT->RTR without MAX_DEST_RD_ATOMIC", rtr, rtrM&^verbs.QPAttrMaxDestRdAtomic)
-	stRefuseModify(t, q, "INIT->RTR without MIN_RNR_TIMER", rtr, rtrM&^verbs.QPAttrMinRnrTimer)
+	stRefuseModify(t, q, "INIT->RTR without MIN_RNR_TIMER", rtr, rtrM&^verbs.QPAttrMinRNRTimer)
 	stRefuseModify(t, q, "INIT->RTR with SQ_PSN", rtr, rtrM|verbs.QPAttrSQPSN)
 	stRefuseModify(t, q, "INIT->RTS", rts, rtsM)
 	stRefuseModify(t, q, "INIT->SQD", verbs.QPAttr{QPState: verbs.QPSSQD}, verbs.QPAttrState)
@@ -141,7 +141,7 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "RTR->RTS without SQ_PSN", rts, rtsM&^verbs.QPAttrSQPSN)
 	stRefuseModify(t, q, "RTR->RTS without TIMEOUT", rts, rtsM&^verbs.QPAttrTimeout)
 	stRefuseModify(t, q, "RTR->RTS without RETRY_CNT", rts, rtsM&^verbs.QPAttrRetryCnt)
-	stRefuseModify(t, q, "RTR->RTS without RNR_RETRY", rts, rtsM&^verbs.QPAttrRnrRetry)
+	stRefuseModify(t, q, "RTR->RTS without RNR_RETRY", rts, rtsM&^verbs.QPAttrRNRRetry)
 	stRefuseModify(t, q, "RTR->RTS without MAX_QP_RD_ATOMIC", rts, rtsM&^verbs.QPAttrMaxQPRdAtomic)
 	stRefuseModify(t, q, "RTR->RTS with DEST_QPN", rts, rtsM|verbs.QPAttrDestQPN)
 	stRefuseModify(t, q, "RTR->INIT", init, initM)
@@ -154,10 +154,10 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "CUR_STATE that is not the current state",
 		verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSInit}, verbs.QPAttrState|verbs.QPAttrCurState)
 	// An RTS->RTS with an allowed attribute, and a correct CUR_STATE, is accepted.
-	stModify(t, q, verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSRTS, MinRnrTimer: 3},
-		verbs.QPAttrState|verbs.QPAttrCurState|verbs.QPAttrMinRnrTimer)
-	if qa, _, _ := q.Query(); qa.MinRnrTimer != 3 || qa.DestQPNum != b.QP.Num() {
-		t.Fatalf("after RTS->RTS: min_rnr_timer %d, dest_qp_num %#x; want 3, %#x", qa.MinRnrTimer, qa.DestQPNum, b.QP.Num())
+	stModify(t, q, verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSRTS, MinRNRTimer: 3},
+		verbs.QPAttrState|verbs.QPAttrCurState|verbs.QPAttrMinRNRTimer)
+	if qa, _, _ := q.Query(); qa.MinRNRTimer != 3 || qa.DestQPNum != b.QP.Num() {
+		t.Fatalf("after RTS->RTS: min_rnr_timer %d, dest_qp_num %#x; want 3, %#x", qa.MinRNRTimer, qa.DestQPNum, b.QP.Num())
 	}
 }
 
@@ -198,7 +198,7 @@ func testModifyValueChecks(t *testing.T, f Fixture) {
 		stRefuseModify(t, q, "INIT->RTR with max_dest_rd_atomic above max_qp_rd_atom", bad, rtrM)
 	}
 	bad = rtr
-	bad.MinRnrTimer = 32
+	bad.MinRNRTimer = 32
 	stRefuseModify(t, q, "INIT->RTR with min_rnr_timer 32", bad, rtrM)
 	stModify(t, q, rtr, rtrM)
 
@@ -209,7 +209,7 @@ func testModifyValueChecks(t *testing.T, f Fixture) {
 		stRefuseModify(t, q, "RTR->RTS with max_rd_atomic above max_qp_init_rd_atom", bad, rtsM)
 	}
 	bad = rts
-	bad.RnrRetry = 8
+	bad.RNRRetry = 8
 	stRefuseModify(t, q, "RTR->RTS with rnr_retry 8", bad, rtsM)
 	bad = rts
 	bad.RetryCnt = 8
@@ -240,10 +240,10 @@ func testQueryReportsAttributes(t *testing.T, f Fixture) {
 			t.Fatalf("Query: state %v, dest_qp_num %#x; want RTS, %#x", attr.QPState, attr.DestQPNum, s.peer.QP.Num())
 		}
 		if attr.QPAccessFlags != DefaultRC.QPAccessFlags || attr.MaxRdAtomic != DefaultRC.MaxRdAtomic ||
-			attr.MaxDestRdAtomic != DefaultRC.MaxDestRdAtomic || (f.Caps().RNR && attr.RnrRetry != DefaultRC.RnrRetry) {
+			attr.MaxDestRdAtomic != DefaultRC.MaxDestRdAtomic || (f.Caps().RNR && attr.RNRRetry != DefaultRC.RNRRetry) {
 			t.Fatalf("Query: access %v, max_rd_atomic %d, max_dest_rd_atomic %d, rnr_retry %d; want %v, %d, %d, %d",
-				attr.QPAccessFlags, attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.RnrRetry,
-				DefaultRC.QPAccessFlags, DefaultRC.MaxRdAtomic, DefaultRC.MaxDestRdAtomic, DefaultRC.RnrRetry)
+				attr.QPAccessFlags, attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.RNRRetry,
+				DefaultRC.QPAccessFlags, DefaultRC.MaxRdAtomic, DefaultRC.MaxDestRdAtomic, DefaultRC.RNRRetry)
 		}
 		c := attr.Cap
 		if c.MaxSendWR < 16 || c.MaxRecvWR < 16 || c.MaxSendSGE < 4 || c.MaxRecvSGE < 4 || c.MaxInlineData < 64 {

@@ -189,15 +189,15 @@ func mtuEnum(m verbs.MTU) uint8 { return uint8(m) }
 // toRTR and toRTS connect qp with the CM's results.
 func toRTR(qp *verbs.QP, peer netip.Addr, peerQPN, rqPSN uint32, mtu verbs.MTU, ird int) error {
 	a := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: mtu, DestQPNum: peerQPN, RQPSN: rqPSN,
-		MaxDestRdAtomic: uint8(ird), MinRnrTimer: 12,
+		MaxDestRdAtomic: uint8(ird), MinRNRTimer: 12,
 		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: verbs.GID(ib.GIDOf(peer)), HopLimit: 64}}}
 	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRnrTimer)
+		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
 }
 
 func toRTS(qp *verbs.QP, sqPSN uint32, timeout, retry, rnrRetry uint8, ord int) error {
-	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RnrRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
-	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic)
+	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
+	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
 // toInit brings a QP in RESET to INIT as rdma_cm does.

@@ -97,7 +97,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := shm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RnrRetry}
+	p := shm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RNRRetry}
 	connect(t, a, b, p, p)
 	return nil
 }
