@@ -246,10 +246,12 @@ func (r *Rule) check() error {
 }
 
 // Stop turns the plan off; requests already held back by a delay go out
-// when it ends.
-func (in *Injector) Stop() {
+// when it ends. It returns an error as capture.Recorder's Stop does, so
+// that the two are stopped alike; turning a plan off cannot fail, and a
+// second Stop does nothing, so it is always nil.
+func (in *Injector) Stop() error {
 	if !in.stopped.CompareAndSwap(false, true) {
-		return
+		return nil
 	}
 	engine.SetFaultHook(nil)
 	engine.SetRecvFaultHook(nil)
@@ -258,6 +260,7 @@ func (in *Injector) Stop() {
 		in.restore()
 	}
 	active.CompareAndSwap(in, nil)
+	return nil
 }
 
 // Fired returns the faults that fired, those of send requests first, by

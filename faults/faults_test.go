@@ -41,7 +41,7 @@ func inject(t *testing.T, p faults.Plan) *faults.Injector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.Stop)
+	t.Cleanup(func() { in.Stop() })
 	return in
 }
 

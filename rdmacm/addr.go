@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/goverbs/goverbs/internal/cm"
-	"github.com/goverbs/goverbs/verbs"
 )
 
 // transportFor parses an address and finds its transport.
@@ -33,18 +32,18 @@ func transportFor(addr string) (cm.Transport, string, error) {
 	}
 	t, ok := cm.Lookup(scheme)
 	if !ok {
-		return nil, "", fmt.Errorf("%w: no transport for %q in address %q (the schemes are host:port, tcp://host:port, roce://host:port, unix:/path and unix:@name)", verbs.ErrNotSupported, scheme, addr)
+		return nil, "", fmt.Errorf("%w: no transport for %q in address %q (the schemes are host:port, tcp://host:port, roce://host:port, unix:/path and unix:@name)", errNotSupported, scheme, addr)
 	}
 	if rest == "" {
-		return nil, "", fmt.Errorf("%w: address %q is empty", verbs.ErrInvalid, addr)
+		return nil, "", fmt.Errorf("%w: address %q is empty", errInvalid, addr)
 	}
 	if scheme == "tcp" && (rest[0] == '@' || rest[0] == '/') {
 		// A unix socket's own spelling, without the scheme that says so.
-		return nil, "", fmt.Errorf("%w: address %q: a shared-memory address is unix:%s", verbs.ErrInvalid, addr, rest)
+		return nil, "", fmt.Errorf("%w: address %q: a shared-memory address is unix:%s", errInvalid, addr, rest)
 	}
 	if scheme != "unix" {
 		if err := checkHostPort(rest); err != nil {
-			return nil, "", fmt.Errorf("%w: address %q: %v", verbs.ErrInvalid, addr, err)
+			return nil, "", fmt.Errorf("%w: address %q: %v", errInvalid, addr, err)
 		}
 	}
 	return t, rest, nil

@@ -24,9 +24,9 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 			return ErrClosed
 		}
 		if qp == nil {
-			return fmt.Errorf("%w: connect needs a QP (CreateQP)", verbs.ErrInvalidState)
+			return fmt.Errorf("%w: connect needs a QP (CreateQP)", errInvalidState)
 		}
-		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, st)
+		return fmt.Errorf("%w: identifier in state %d", errInvalidState, st)
 	}
 	qp := id.qp
 	id.mu.Unlock()
@@ -116,7 +116,7 @@ func (id *ID) Disconnect() error {
 	}
 	if conn == nil {
 		id.mu.Unlock()
-		return fmt.Errorf("%w: not connected", verbs.ErrInvalidState)
+		return fmt.Errorf("%w: not connected", errInvalidState)
 	}
 	// Disconnecting after the peer did is not an error: the connection is
 	// down either way.
@@ -202,7 +202,7 @@ func (id *ID) Listen() error {
 		return ErrClosed
 	}
 	if id.state != stateIdle {
-		return fmt.Errorf("%w: identifier in state %d", verbs.ErrInvalidState, id.state)
+		return fmt.Errorf("%w: identifier in state %d", errInvalidState, id.state)
 	}
 	if r, ok := id.tr.(cm.Router); ok && id.qp == nil {
 		// A listener's device is its own address's (rdma_bind_addr), not
@@ -222,7 +222,7 @@ func (id *ID) Listen() error {
 	if id.ps == PortSpaceUDP {
 		ud, ok := id.tr.(cm.UDResolver)
 		if !ok {
-			return fmt.Errorf("%w: the UDP port space over %s", verbs.ErrNotSupported, id.tr.Name())
+			return fmt.Errorf("%w: the UDP port space over %s", errNotSupported, id.tr.Name())
 		}
 		ln, err = ud.ListenUD(id.addr, id.pcfg)
 	} else {
@@ -249,7 +249,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		return nil, ErrClosed
 	}
 	if st != stateListening {
-		return nil, fmt.Errorf("%w: not listening", verbs.ErrInvalidState)
+		return nil, fmt.Errorf("%w: not listening", errInvalidState)
 	}
 	r, err := ln.Next(ctx)
 	for err == nil && cm.Refused() {
@@ -282,9 +282,9 @@ func (id *ID) Accept(ctx context.Context, p *ConnParam) error {
 			return ErrClosed
 		}
 		if qp == nil {
-			return fmt.Errorf("%w: accept needs a QP (CreateQP)", verbs.ErrInvalidState)
+			return fmt.Errorf("%w: accept needs a QP (CreateQP)", errInvalidState)
 		}
-		return fmt.Errorf("%w: no connection request to accept (state %d)", verbs.ErrInvalidState, st)
+		return fmt.Errorf("%w: no connection request to accept (state %d)", errInvalidState, st)
 	}
 	req, qp := id.req, id.qp
 	id.mu.Unlock()
@@ -318,13 +318,13 @@ func (id *ID) Reject(privateData []byte) error {
 		if st == stateClosed {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: no connection request to reject", verbs.ErrInvalidState)
+		return fmt.Errorf("%w: no connection request to reject", errInvalidState)
 	}
 	id.state = stateDisconnected
 	req := id.req
 	id.mu.Unlock()
 	if len(privateData) > id.tr.MaxPrivateData() {
-		return fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, len(privateData))
+		return fmt.Errorf("%w: %d bytes of private data", errInvalid, len(privateData))
 	}
 	return req.Reject(privateData)
 }

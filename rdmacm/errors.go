@@ -129,3 +129,21 @@ func public(err error) error {
 	}
 	return err
 }
+
+// rdmacm's own forms of verbs' sentinels: a message with rdmacm's prefix,
+// and errors.Is matches the verbs sentinel and its errno.
+var (
+	errInvalid      error = &verbsError{"rdmacm: invalid argument", verbs.ErrInvalid}
+	errInvalidState error = &verbsError{"rdmacm: invalid state", verbs.ErrInvalidState}
+	errNotSupported error = &verbsError{"rdmacm: operation not supported", verbs.ErrNotSupported}
+)
+
+type verbsError struct {
+	msg string
+	of  error
+}
+
+func (e *verbsError) Error() string { return e.msg }
+
+// Is matches the verbs sentinel e stands for, and what that one matches.
+func (e *verbsError) Is(target error) bool { return target == e.of || errors.Is(e.of, target) }

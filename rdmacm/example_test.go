@@ -90,5 +90,5 @@ func ExampleID_LocalAddr() {
 	// Output:
 	// true
 	// true true
-	// verbs: invalid argument: address "unix:" is empty
+	// rdmacm: invalid argument: address "unix:" is empty
 }

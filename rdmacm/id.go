@@ -177,7 +177,7 @@ func CreateIDFrom(src, addr string) (*ID, error) {
 	}
 	r, ok := t.(cm.Router)
 	if !ok {
-		return nil, fmt.Errorf("%w: a source address over %s", verbs.ErrNotSupported, t.Name())
+		return nil, fmt.Errorf("%w: a source address over %s", errNotSupported, t.Name())
 	}
 	if _, _, err := net.SplitHostPort(src); err != nil {
 		src = net.JoinHostPort(src, "0")

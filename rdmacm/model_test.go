@@ -52,8 +52,12 @@ func TestSentinelsTable(t *testing.T) {
 // unknown scheme is not supported.
 func TestBadAddressIsInvalid(t *testing.T) {
 	for _, addr := range []string{"localhost:99999", "127.0.0.1", "[::1", "127.0.0.1:-1", "roce://127.0.0.1:70000", "tcp://127.0.0.1:x"} {
-		if _, err := rdmacm.Dial(timeout(t), addr, nil, nil); !errors.Is(err, verbs.ErrInvalid) || !errors.Is(err, syscall.EINVAL) {
+		_, err := rdmacm.Dial(timeout(t), addr, nil, nil)
+		if !errors.Is(err, verbs.ErrInvalid) || !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("Dial(%q): %v, want ErrInvalid (EINVAL)", addr, err)
+		}
+		if err != nil && (!strings.HasPrefix(err.Error(), "rdmacm: ") || strings.Contains(err.Error(), "verbs:")) {
+			t.Errorf("Dial(%q): %q, want rdmacm's prefix alone", addr, err)
 		}
 		ln, err := rdmacm.Listen(addr)
 		if !errors.Is(err, verbs.ErrInvalid) {

@@ -52,7 +52,7 @@ func params(p *ConnParam, maxPD int) (cm.Params, error) {
 		p = &ConnParam{}
 	}
 	if len(p.PrivateData) > maxPD {
-		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", verbs.ErrInvalid, len(p.PrivateData), maxPD)
+		return cm.Params{}, fmt.Errorf("%w: %d bytes of private data (the transport carries %d)", errInvalid, len(p.PrivateData), maxPD)
 	}
 	depth := func(v int) int {
 		if v == MaxDepth {

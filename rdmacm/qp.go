@@ -22,13 +22,13 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 		return ErrClosed
 	}
 	if id.qp != nil {
-		return fmt.Errorf("%w: the identifier already has a QP", verbs.ErrInvalid)
+		return fmt.Errorf("%w: the identifier already has a QP", errInvalid)
 	}
 	if pd == nil {
 		pd = id.pd
 	}
 	if pd.Context() != id.vctx {
-		return fmt.Errorf("%w: PD of another device", verbs.ErrInvalid)
+		return fmt.Errorf("%w: PD of another device", errInvalid)
 	}
 	if attr.QPType == 0 {
 		attr.QPType = verbs.QPTRC
@@ -37,7 +37,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 		}
 	}
 	if (id.ps == PortSpaceUDP) != (attr.QPType == verbs.QPTUD) {
-		return fmt.Errorf("%w: the UDP port space has UD QPs, the TCP one RC QPs", verbs.ErrInvalid)
+		return fmt.Errorf("%w: the UDP port space has UD QPs, the TCP one RC QPs", errInvalid)
 	}
 	attr.Cap.MaxInlineData = defaults.Int(attr.Cap.MaxInlineData, defaults.RDMAInline)
 	if attr.Cap.MaxInlineData == 0 {
@@ -49,7 +49,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) error {
 		}
 		attr.SendCQ, attr.RecvCQ = id.sendCQ, id.recvCQ
 	} else if attr.SendCQ == nil || attr.RecvCQ == nil {
-		return fmt.Errorf("%w: give both CQs or neither", verbs.ErrInvalid)
+		return fmt.Errorf("%w: give both CQs or neither", errInvalid)
 	} else {
 		id.sendCQ, id.recvCQ = attr.SendCQ, attr.RecvCQ
 		id.sendCh, id.recvCh = attr.SendCQ.Channel(), attr.RecvCQ.Channel()

@@ -65,11 +65,11 @@ func NewID(addr string, o IDOptions) (*ID, error) {
 	case PortSpaceUDP:
 		if _, ok := id.tr.(cm.UDResolver); !ok {
 			id.Close()
-			return nil, fmt.Errorf("%w: the UDP port space over %s", verbs.ErrNotSupported, id.tr.Name())
+			return nil, fmt.Errorf("%w: the UDP port space over %s", errNotSupported, id.tr.Name())
 		}
 	default:
 		id.Close()
-		return nil, fmt.Errorf("%w: port space %d", verbs.ErrInvalid, o.PortSpace)
+		return nil, fmt.Errorf("%w: port space %d", errInvalid, o.PortSpace)
 	}
 	id.ps = o.PortSpace
 	switch id.tr.Name() {

@@ -1085,9 +1085,11 @@ func (c *Conn) sendCtrl(ctrl uint32) error {
 // Close closes the connection: data written before is delivered, the peer
 // reads io.EOF, blocked Reads and Writes return net.ErrClosed. It waits at
 // most a few seconds for the peer's transport to take what was written.
+// A second Close returns nil (goverbs' rule; a *net.TCPConn's returns
+// net.ErrClosed).
 func (c *Conn) Close() error {
 	if c.closed.Swap(true) {
-		return c.opErr("close", net.ErrClosed)
+		return nil
 	}
 	close(c.closedCh)
 	c.rd.wc.fire()
@@ -1163,11 +1165,12 @@ func (c *Conn) opErr(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
 }
 
-// LocalAddr returns the local address: that of the rdmacm identifier
-// (a *net.TCPAddr over iWARP or RoCE, a *net.UnixAddr over shared memory).
+// LocalAddr returns the local address: that of the rdmacm identifier (a
+// *net.TCPAddr over iWARP, an *rdmacm.Addr over RoCE and shared memory,
+// whose String is the address with its scheme).
 func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 
-// RemoteAddr returns the peer's address.
+// RemoteAddr returns the peer's address, of LocalAddr's types.
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 // SetDeadline sets the read and write deadlines. A deadline moved while a

@@ -170,9 +170,9 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 }
 
 // Close stops listening; a blocked Accept returns net.ErrClosed.
-// Connections accepted before stay open.
+// Connections accepted before stay open. A second Close returns nil.
 func (l *Listener) Close() error {
-	err := net.ErrClosed
+	var err error
 	l.once.Do(func() {
 		l.cancel()
 		err = l.id.Close()

@@ -115,6 +115,11 @@ type AH = interface {
 // a name twice replaces the earlier provider.
 func Register(name string, p Provider) { registry.Register(name, p) }
 
+// The provider's object behind a verbs object, for a provider that is
+// handed one: a CQ or SRQ in a QPInitAttr, an AH in a SendWR, a QP in a
+// provider's own connect call (loop.Connect). A region needs none: a
+// provider finds its regions by key.
+
 // QPOf returns the provider's object behind qp (nil for nil).
 func QPOf(qp *verbs.QP) QP { return of[QP](qp) }
 
@@ -126,9 +131,6 @@ func SRQOf(srq *verbs.SRQ) SRQ { return of[SRQ](srq) }
 
 // AHOf returns the provider's object behind ah (nil for nil).
 func AHOf(ah *verbs.AH) AH { return of[AH](ah) }
-
-// MROf returns the provider's object behind mr (nil for nil).
-func MROf(mr *verbs.MR) MR { return of[MR](mr) }
 
 func of[T any](obj any) T {
 	d, _ := registry.Unwrap(obj).(T)
