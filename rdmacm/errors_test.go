@@ -14,6 +14,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
@@ -133,6 +134,9 @@ func TestDialLimitAndLongerDeadline(t *testing.T) {
 	}{
 		{"tcp", silentTCP(t), rdmacm.IDOptions{TCP: &iwarp.Config{ConnectTimeout: 50 * time.Millisecond}}},
 		{"unix", silentUnix(t), rdmacm.IDOptions{Unix: &shm.Config{DialTimeout: 50 * time.Millisecond}}},
+		// A loopback address no device serves: nothing answers the REQs.
+		{"roce", fmt.Sprintf("roce://%v:7000", roceAddr(40)),
+			rdmacm.IDOptions{Source: transports[2].src, RoCE: &roce.Config{ConnectTimeout: 50 * time.Millisecond}}},
 	} {
 		dial := func(ctx context.Context) error {
 			id, err := rdmacm.NewID(c.addr, c.o)

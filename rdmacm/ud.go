@@ -8,6 +8,7 @@ import (
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -51,6 +52,9 @@ type IDOptions struct {
 	// Unix configures the shared-memory provider for a unix: address, as
 	// TCP does iWARP.
 	Unix *shm.Config
+	// RoCE configures the RoCE provider for a roce:// address, as TCP
+	// does iWARP.
+	RoCE *roce.Config
 }
 
 // NewID creates an identifier for addr with options (CreateID is NewID
@@ -80,6 +84,10 @@ func NewID(addr string, o IDOptions) (*ID, error) {
 	case "unix":
 		if o.Unix != nil {
 			id.pcfg = o.Unix
+		}
+	case "roce":
+		if o.RoCE != nil {
+			id.pcfg = o.RoCE
 		}
 	}
 	return id, nil

@@ -28,6 +28,35 @@ import (
 // again every cmRetryGap, up to cmRetries times (a REQ: until the Dial's
 // deadline).
 
+// Config configures a listener (Listen) or a connection (Dial), as
+// iwarp's and shm's do; package rdmacm passes one through
+// (IDOptions.RoCE). A nil *Config, or a zero field, means the default.
+type Config struct {
+	// ConnectTimeout bounds a Dial whose context has no deadline (a
+	// deadline, shorter or longer, replaces it); the REQ is sent again
+	// every half second until then. Default 10 s, as over iWARP.
+	ConnectTimeout time.Duration
+	// AcceptTimeout bounds an Accept's wait for the requester's RTU, the
+	// REP being sent again every half second until then. Default 7.5 s
+	// (15 replies, the IB CM's max_cm_retries).
+	AcceptTimeout time.Duration
+}
+
+func (c *Config) connectTimeout() time.Duration {
+	if c == nil || c.ConnectTimeout <= 0 {
+		return cm.DefaultTimeout
+	}
+	return c.ConnectTimeout
+}
+
+// acceptTries is how many REPs an Accept sends before it gives up.
+func (c *Config) acceptTries() int {
+	if c == nil || c.AcceptTimeout <= 0 {
+		return cmRetries
+	}
+	return max(int(c.AcceptTimeout/cmRetryGap), 1)
+}
+
 // Tuning of the CM.
 const (
 	cmRetryGap  = 500 * time.Millisecond
@@ -373,10 +402,10 @@ func (c *cmConn) watch() {
 // rdma_cm listener at addr (host:port). A rejection returns a
 // *cm.RejectedError with the peer's private data (a port nobody listens on
 // is one too, as rdma_cm reports it, wrapping syscall.ECONNREFUSED). A REQ
-// is sent every cmRetryGap until ctx's deadline, or for cm.DefaultTimeout
-// when ctx has none; no answer by then is an error wrapping
+// is sent every cmRetryGap until ctx's deadline, or for cfg's
+// ConnectTimeout when ctx has none; no answer by then is an error wrapping
 // cm.ErrUnreachable (and ctx.Err() when ctx ended).
-func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, error) {
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, cfg *Config) (*Conn, error) {
 	ap, err := resolve(addr)
 	if err != nil {
 		return nil, err
@@ -421,7 +450,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	}
 	// A REQ goes out every cmRetryGap until the caller's deadline, longer
 	// or shorter, or for cm.DefaultTimeout when ctx has none.
-	dctx, cancel, ended := cm.DialLimit(ctx, cm.DefaultTimeout)
+	dctx, cancel, ended := cm.DialLimit(ctx, cfg.connectTimeout())
 	defer cancel()
 	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
@@ -557,6 +586,7 @@ func ephemeralPort() uint16 {
 // device.
 type Listener struct {
 	a    *cmAgent
+	cfg  *Config
 	port uint16
 	reqs chan *Request
 	done chan struct{}
@@ -565,8 +595,8 @@ type Listener struct {
 
 // Listen listens for connection requests for port on the device of the
 // local address host (host:port; an empty or unspecified host is the first
-// device's).
-func Listen(addr string) (*Listener, error) {
+// device's). cfg's AcceptTimeout holds for the requests it yields.
+func Listen(addr string, cfg *Config) (*Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", verbs.ErrInvalid, addr, err)
@@ -583,7 +613,7 @@ func Listen(addr string) (*Listener, error) {
 		return nil, err
 	}
 	a := d.cm
-	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{})}
+	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{}), cfg: cfg}
 	a.mu.Lock()
 	if pn == 0 {
 		l.port = freePort(func(p uint16) bool { return a.lns[p] == nil })
@@ -793,9 +823,9 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	copy(rep.PrivateData[:], p.PrivateData)
 	var m [ib.MADLen]byte
 	rep.Marshal(m[:], c.tid)
-	for try := 0; ; try++ {
-		if try == cmRetries {
-			return fail(fmt.Errorf("%w: %v: no RTU after %d replies", cm.ErrUnreachable, c.peer, cmRetries))
+	for try, tries := 0, r.l.cfg.acceptTries(); ; try++ {
+		if try == tries {
+			return fail(fmt.Errorf("%w: %v: no RTU after %d replies", cm.ErrUnreachable, c.peer, tries))
 		}
 		a.send(m[:], c.peer)
 		if c.waitRTU(cmRetryGap) {

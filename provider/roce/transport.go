@@ -48,7 +48,8 @@ func (transport) DeviceFor(addr string, listen bool) (string, error) {
 }
 
 func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
-	l, err := Listen(addr)
+	c, _ := cfg.(*Config)
+	l, err := Listen(addr, c)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,8 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 }
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry, RetryCount: p.RetryCount})
+	cfg, _ := p.Config.(*Config)
+	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry, RetryCount: p.RetryCount}, cfg)
 	if err != nil {
 		return nil, err
 	}
