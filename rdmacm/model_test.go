@@ -199,3 +199,28 @@ func testZeroValuesWork(t *testing.T, tr transport) {
 		t.Fatalf("receive: %v %v %q", wc.Status, err, rbuf[:4])
 	}
 }
+
+// Addr.String is "" for an unnamed socket (a dialer's end over shared
+// memory), as its doc says, and the address to dial otherwise.
+func TestUnnamedAddrString(t *testing.T) {
+	for _, c := range []struct {
+		a    *rdmacm.Addr
+		want string
+	}{
+		{&rdmacm.Addr{Scheme: "unix", Addr: &net.UnixAddr{Name: "", Net: "unixpacket"}}, ""},
+		{&rdmacm.Addr{Scheme: "unix", Addr: &net.UnixAddr{Name: "@", Net: "unixpacket"}}, ""},
+		{&rdmacm.Addr{Scheme: "unix", Addr: &net.UnixAddr{Name: "@x", Net: "unixpacket"}}, "unix:@x"},
+		{&rdmacm.Addr{Scheme: "roce", Addr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 7}}, "roce://127.0.0.2:7"},
+	} {
+		if got := c.a.String(); got != c.want {
+			t.Errorf("%#v prints %q, want %q", c.a.Addr, got, c.want)
+		}
+	}
+	leakcheck.Check(t)
+	c, s := pair(t, transports[1], nil, nil)
+	defer c.Close()
+	defer s.Close()
+	if got := c.LocalAddr().String(); got != "" {
+		t.Errorf("a unix: dialer's LocalAddr prints %q, want \"\" (unnamed)", got)
+	}
+}
