@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/roce"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -222,5 +225,68 @@ func TestUnnamedAddrString(t *testing.T) {
 	defer s.Close()
 	if got := c.LocalAddr().String(); got != "" {
 		t.Errorf("a unix: dialer's LocalAddr prints %q, want \"\" (unnamed)", got)
+	}
+}
+
+// Zero provider configurations, given through IDOptions on both sides, are
+// the providers' defaults: a connection is made and carries a message.
+func TestZeroIDOptionsAndConfigs(t *testing.T) { both(t, testZeroIDOptionsAndConfigs) }
+
+func testZeroIDOptionsAndConfigs(t *testing.T, tr transport) {
+	leakcheck.Check(t)
+	ctx := timeout(t)
+	o := rdmacm.IDOptions{TCP: &iwarp.Config{}, Unix: &shm.Config{}, RoCE: &roce.Config{}}
+	ln, err := rdmacm.NewID(tr.listen(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := ln.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *rdmacm.ID, 1)
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err == nil {
+			if err = req.CreateQP(nil, verbs.QPInitAttr{}); err == nil {
+				err = req.Accept(ctx, nil)
+			}
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		got <- req
+	}()
+	o.Source = tr.src
+	c, err := rdmacm.NewID(tr.dial(ln), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateQP(nil, verbs.QPInitAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := <-got
+	if s == nil {
+		t.FailNow()
+	}
+	defer s.Close()
+	buf := make([]byte, 16)
+	smr, err := s.RegMsgs(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smr.Dereg()
+	if err := s.PostRecv(1, buf, smr); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PostSend(2, []byte("zero"), nil, verbs.SendInline|verbs.SendSignaled); err != nil {
+		t.Fatalf("an inline send with rdmacm's default max_inline_data: %v", err)
+	}
+	if wc, err := s.GetRecvComp(ctx); err != nil || wc.Status != verbs.WCSuccess || string(buf[:4]) != "zero" {
+		t.Fatalf("receive: %v %v %q", wc.Status, err, buf[:4])
 	}
 }

@@ -122,7 +122,7 @@ func newConn(r *ConnReq) (*Conn, error) {
 		return nil, provider("ibv_reg_mr", err)
 	}
 	c.remote.Store(NewPeerCfg())
-	if !r.cfg.extensions && isRoCE(r.peer.ctx) {
+	if !r.cfg.Extensions() && isRoCE(r.peer.ctx) {
 		// Nothing on an IB wire negotiates FLUSH and ATOMIC_WRITE (IBA
 		// 1.5), and a peer without them ends the connection on the first
 		// one: with the extensions off, use librpma's fallbacks from the

@@ -102,3 +102,38 @@ func TestCallErrors(t *testing.T) {
 		t.Errorf("message %q: want one prefix, rpma's", err)
 	}
 }
+
+// The zero configurations are the defaults of librpma's constructors, and
+// an explicit 0 stays 0.
+func TestZeroConfigs(t *testing.T) {
+	var zero rpma.ConnCfg
+	def := rpma.NewConnCfg()
+	if zero.Timeout() != rpma.DefaultTimeout || zero.CQSize() != rpma.DefaultQueueSize || zero.SQSize() != rpma.DefaultQueueSize ||
+		zero.RQSize() != rpma.DefaultQueueSize || zero.RCQSize() != 0 || !zero.Extensions() || zero.CompChannel() || zero.SRQ() != nil {
+		t.Errorf("zero ConnCfg: timeout %v cq %d sq %d rq %d rcq %d ext %v", zero.Timeout(), zero.CQSize(), zero.SQSize(), zero.RQSize(), zero.RCQSize(), zero.Extensions())
+	}
+	if *def != zero {
+		t.Errorf("NewConnCfg %+v differs from the zero value", *def)
+	}
+	if err := zero.SetTimeout(0); err != nil || zero.Timeout() != 0 {
+		t.Errorf("SetTimeout(0): %v, Timeout %v", err, zero.Timeout())
+	}
+	if err := zero.SetSQSize(0); err != nil || zero.SQSize() != 0 {
+		t.Errorf("SetSQSize(0): %v, SQSize %d", err, zero.SQSize())
+	}
+	zero.SetExtensions(false)
+	if zero.Extensions() {
+		t.Error("SetExtensions(false) did not hold")
+	}
+	var srq rpma.SRQCfg
+	if srq.RQSize() != rpma.DefaultSRQSize || srq.RCQSize() != rpma.DefaultSRQSize {
+		t.Errorf("zero SRQCfg: rq %d rcq %d", srq.RQSize(), srq.RCQSize())
+	}
+	if err := srq.SetRCQSize(0); err != nil || srq.RCQSize() != 0 {
+		t.Errorf("SetRCQSize(0): %v, RCQSize %d", err, srq.RCQSize())
+	}
+	var peer rpma.PeerCfg
+	if peer.DirectWriteToPmem() {
+		t.Error("zero PeerCfg writes directly to persistent memory")
+	}
+}

@@ -172,3 +172,26 @@ func TestZeroQPInitAttr(t *testing.T) {
 		t.Fatalf("Poll: %d %v %+v", n, err, wc[:n])
 	}
 }
+
+// A zero SRQInitAttr is an SRQ of 16 receives of one SGE; a negative size
+// is refused.
+func TestZeroSRQInitAttr(t *testing.T) {
+	ctx, err := verbs.OpenDevice(loop.DeviceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{})
+	if err != nil {
+		t.Fatalf("CreateSRQ of a zero SRQInitAttr: %v", err)
+	}
+	defer srq.Destroy()
+	a, err := srq.Query()
+	if err != nil || a.MaxWR < 16 || a.MaxSGE < 1 {
+		t.Errorf("zero SRQInitAttr: %+v, %v; want at least 16 WRs of 1 SGE", a, err)
+	}
+	if _, err := pd.CreateSRQ(verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: -1}}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("a negative MaxWR: %v, want ErrInvalid", err)
+	}
+}

@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"fmt"
+
+	"github.com/goverbs/goverbs/internal/defaults"
 )
 
 // PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
@@ -105,8 +107,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	return qp, nil
 }
 
-// CreateSRQ creates a shared receive queue (ibv_create_srq).
+// CreateSRQ creates a shared receive queue (ibv_create_srq). A zero
+// MaxWR means 16 receives and a zero MaxSGE 1 (as QPCap's defaults), so
+// that a zero SRQInitAttr is a useful SRQ; negative values are refused.
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if attr.Attr.MaxWR == 0 {
+		attr.Attr.MaxWR = defaults.QPWR
+	}
+	if attr.Attr.MaxSGE == 0 {
+		attr.Attr.MaxSGE = defaults.QPSGE
+	}
 	if attr.Attr.MaxWR < 1 || attr.Attr.MaxSGE < 1 || attr.Attr.SRQLimit < 0 {
 		return nil, fmt.Errorf("%w: SRQ attributes %+v", ErrInvalid, attr.Attr)
 	}
