@@ -63,12 +63,31 @@
 //     (errors.Is syscall.ETIMEDOUT). A deadline, shorter or longer than
 //     that, is the one that counts. When the context ends, the error also
 //     wraps its error (context.DeadlineExceeded, context.Canceled);
-//   - a bad address or argument wraps verbs.ErrInvalid, an unknown scheme
-//     verbs.ErrNotSupported;
-//   - every method of a closed identifier (but Close, which may be called
-//     again, and the accessors) returns ErrClosed, and so do calls blocked
-//     in it (GetRequest, NextEvent, GetRecvComp, GetSendComp) when it is
-//     closed.
+//   - a bad address or argument wraps verbs.ErrInvalid (and so
+//     syscall.EINVAL), at once: an address with no port, a port past
+//     65535 or an unbalanced bracket are refused before anything is
+//     sent; an unknown scheme wraps verbs.ErrNotSupported;
+//   - a second listener at an address is syscall.EADDRINUSE, over every
+//     transport;
+//   - every method of a closed identifier (but the accessors, and Close,
+//     which returns nil the second time as every release in goverbs
+//     does) returns ErrClosed, and so do calls blocked in it
+//     (GetRequest, NextEvent, GetRecvComp, GetSendComp) when it is
+//     closed. ErrClosed matches verbs.ErrClosed and net.ErrClosed.
+//
+// The errors rdmacm makes carry its prefix, "rdmacm: ", once (a
+// transport's own failure, such as a socket's, keeps the transport's
+// words); *RejectedError and *AcceptError are this package's types, with
+// the fields to look at.
+//
+// # Zero values
+//
+// A zero (or nil) ConnParam asks for the most RDMA reads and atomics each
+// way, the transport's retries and receiver-not-ready retries for ever;
+// a zero verbs.QPInitAttr given to CreateQP or Dial is an RC QP (UD in
+// the UDP port space) with 16 work requests, one SGE each way and 64
+// bytes of inline data, and its own CQs; a zero IDOptions is CreateID's
+// identifier. A negative field asks for none.
 package rdmacm
 
 // The transports, one per address scheme.
