@@ -227,7 +227,7 @@ func TestREADMEMembersExist(t *testing.T) {
 }
 
 // goDoc matches the README's `go doc ./path [Symbol]`.
-var goDoc = regexp.MustCompile("go doc(?: -all)?\\s+\\./([\\w/]+)(?:\\s+([A-Z][\\w.]*))?")
+var goDoc = regexp.MustCompile(`go doc(?: -all)?\s+\./([\w/]+)(?:\s+([A-Z][\w.]*))?`)
 
 // Every `go doc ./path Symbol` of the README names a package that exists
 // and a symbol it declares.

@@ -59,8 +59,6 @@ type batch struct {
 // Wire faults, for tests of the transport's recovery: a function that
 // decides the fate of each datagram sent (nil: none, and batches go whole),
 // set through hook.RoCEWire.
-type faultKind = hook.WireFault
-
 const (
 	faultDrop = hook.WireDrop // lost on the wire
 	faultDup  = hook.WireDup  // delivered twice
