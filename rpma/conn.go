@@ -88,6 +88,7 @@ type Conn struct {
 	ch       *verbs.CompChannel
 	srq      *SRQ
 	rejectPD []byte
+	connErr  error // why an active connect failed (ConnectError)
 
 	raw *verbs.MR // 8 bytes, the sink of read-after-write flushes
 
@@ -230,6 +231,14 @@ func (c *Conn) PrivateData() []byte {
 	}
 	return c.id.PrivateData()
 }
+
+// ConnectError returns why the connection was not made, on the active
+// side, or nil: a *rdmacm.RejectedError when the server rejected it, or
+// when nobody listens (errors.Is syscall.ECONNREFUSED), or an error
+// wrapping rdmacm.ErrUnreachable when the server did not answer. librpma
+// reports all of these as the event ConnRejected or ConnUnreachable
+// alone; this tells a refused connection from a rejected one.
+func (c *Conn) ConnectError() error { return c.connErr }
 
 // ApplyRemotePeerCfg records the remote peer's configuration
 // (rpma_conn_apply_remote_peer_cfg), usually received as a descriptor:

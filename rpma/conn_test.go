@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/rpma"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -185,6 +186,10 @@ func TestRejectedAndUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectEvent(t, conn, rpma.ConnRejected)
+	var rej *rdmacm.RejectedError
+	if err := conn.ConnectError(); !errors.As(err, &rej) || errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("ConnectError of a rejection by the server: %v, want a *rdmacm.RejectedError, not ECONNREFUSED", err)
+	}
 	conn.Delete()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -209,6 +214,9 @@ func TestRejectedAndUnreachable(t *testing.T) {
 	ev, err := conn.NextEvent(ctx)
 	if err != nil || (ev != rpma.ConnUnreachable && ev != rpma.ConnRejected) {
 		t.Fatalf("connecting to a closed port: %v %v", ev, err)
+	}
+	if err := conn.ConnectError(); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("ConnectError of a closed port: %v, want ECONNREFUSED", err)
 	}
 	conn.Delete()
 }

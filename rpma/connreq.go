@@ -197,6 +197,7 @@ func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 		if rej != nil {
 			c.rejectPD = rej.PrivateData
 		}
+		c.connErr = err
 		// The event (REJECTED, UNREACHABLE) is queued for NextEvent.
 	default:
 		c.Delete()
