@@ -29,7 +29,10 @@ const (
 )
 
 // UDPQKey is the Q_Key of the UDP port space's QPs (RDMA_UDP_QKEY).
-const UDPQKey = cm.UDPQKey
+const UDPQKey = 0x01234567
+
+// The literal above shows in go doc; the CM's must be the same.
+var _ = [1]struct{}{}[UDPQKey-cm.UDPQKey]
 
 // maxUDPrivateData bounds what rdmacm passes on for UD; the provider holds
 // its own, smaller limits.
