@@ -26,9 +26,8 @@ type ConnParam struct {
 	// RDMA_MAX_INIT_DEPTH).
 	InitiatorDepth int
 	// RetryCount (retry_count) is the QP's transport retries over RoCE,
-	// 7 at most; 0 means 7 (and so does a negative one over roce://,
-	// whose provider takes none as its default). iWARP (TCP) and shared
-	// memory have no retries.
+	// 7 at most; 0 means 7. iWARP (TCP) and shared memory have no
+	// retries.
 	RetryCount int
 	// RNRRetryCount (rnr_retry_count) is how often the peer retries a
 	// SEND that finds no receive posted, 7 at most (7: for ever); 0

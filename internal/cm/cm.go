@@ -98,6 +98,16 @@ type UDPeer struct {
 	Remote      net.Addr
 }
 
+// Explicit turns a resolved Params value (0 meaning none) into a
+// provider's Params value, whose 0 means the default and a negative value
+// none.
+func Explicit(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
 // UDPQKey is the Q_Key of rdma_cm's UDP port space (RDMA_UDP_QKEY).
 const UDPQKey = 0x01234567
 

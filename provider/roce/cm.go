@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/ib"
 	"github.com/goverbs/goverbs/verbs"
@@ -271,16 +272,28 @@ type Params struct {
 	// PrivateData goes in the REQ (Dial, at most MaxPrivateData bytes after
 	// rdma_cm's header) or the REP (Accept, at most 196) or the REJ.
 	PrivateData []byte
-	// IRD (responder_resources) and ORD (initiator_depth), at most 128.
+	// IRD (responder_resources) and ORD (initiator_depth), at most 128;
+	// 0 means 128, a negative value none.
 	IRD, ORD int
 	// RNRRetry is the rnr_retry the peer uses towards us (7: for ever), as
-	// rdma_conn_param's rnr_retry_count.
-	RNRRetry uint8
-	// RetryCount is the transport's retry count (7 at most).
-	RetryCount uint8
+	// rdma_conn_param's rnr_retry_count; 0 means 7, a negative value none.
+	RNRRetry int
+	// RetryCount is the transport's retry count, 7 at most; 0 means 7, a
+	// negative value none.
+	RetryCount int
 }
 
-func clamp(v int) int { return max(0, min(v, maxIRDORD)) }
+// clamp is a Params depth as the CM carries it: 0 is the most, a negative
+// value none.
+func clamp(v int) int {
+	if v == 0 {
+		return maxIRDORD
+	}
+	return max(0, min(v, maxIRDORD))
+}
+
+// retries is a Params retry count: 0 is 7, a negative value none.
+func retries(v int) uint8 { return uint8(min(defaults.Int(v, 7), 7)) }
 
 // Conn is an established connection.
 type Conn struct {
@@ -432,13 +445,10 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, cfg *Config)
 	psn := randPSN()
 	req := ib.REQ{LocalCommID: c.localID, ServiceID: ib.ServiceID(ib.PortSpaceTCP, ap.Port()), LocalCAGUID: d.eng.GUID(),
 		LocalQPN: qp.Num(), ResponderResources: uint8(clamp(p.IRD)), InitiatorDepth: uint8(clamp(p.ORD)),
-		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: min(p.RetryCount, 7),
-		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: min(p.RNRRetry, 7), MaxCMRetries: cmRetries,
+		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: retries(p.RetryCount),
+		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: retries(p.RNRRetry), MaxCMRetries: cmRetries,
 		LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ib.GIDOf(local), RemoteGID: ib.GIDOf(ap.Addr()), HopLimit: 64,
 		LocalAckTimeout: ackTimeout0}
-	if req.RetryCount == 0 {
-		req.RetryCount = 7
-	}
 	ib.PutCMAHdr(req.PrivateData[:], local, ap.Addr(), c.localPort)
 	copy(req.PrivateData[ib.CMAHdrLen:], p.PrivateData)
 	var m [ib.MADLen]byte
@@ -819,7 +829,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	}
 	rep := ib.REP{LocalCommID: c.localID, RemoteCommID: c.remoteID, LocalQPN: qp.Num(), StartingPSN: psn,
 		ResponderResources: uint8(c.ird), InitiatorDepth: uint8(c.ord), TargetAckDelay: 15,
-		RNRRetryCount: min(p.RNRRetry, 7), LocalCAGUID: d.eng.GUID()}
+		RNRRetryCount: retries(p.RNRRetry), LocalCAGUID: d.eng.GUID()}
 	copy(rep.PrivateData[:], p.PrivateData)
 	var m [ib.MADLen]byte
 	rep.Marshal(m[:], c.tid)

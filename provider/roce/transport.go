@@ -58,7 +58,8 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 	cfg, _ := p.Config.(*Config)
-	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry, RetryCount: p.RetryCount}, cfg)
+	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD),
+		RNRRetry: cm.Explicit(int(p.RNRRetry)), RetryCount: cm.Explicit(int(p.RetryCount))}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (l listener) Next(ctx context.Context) (cm.Request, error) {
 type request struct{ *Request }
 
 func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), RNRRetry: cm.Explicit(int(p.RNRRetry))})
 	if err != nil {
 		return nil, err
 	}
