@@ -3,9 +3,9 @@ package rpma
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 
+	"github.com/goverbs/goverbs/internal/errfmt"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -119,11 +119,7 @@ type providerError struct {
 }
 
 func (e *providerError) Error() string {
-	msg := e.err.Error()
-	for _, p := range []string{"verbs: ", "rdmacm: "} {
-		msg = strings.TrimPrefix(msg, p)
-	}
-	return "rpma: " + ErrProvider.text + ": " + e.what + ": " + msg
+	return "rpma: " + ErrProvider.text + ": " + e.what + ": " + errfmt.Trim(e.err.Error())
 }
 
 func (e *providerError) Unwrap() []error { return []error{ErrProvider, e.err} }

@@ -1,8 +1,7 @@
 package loop
 
 import (
-	"fmt"
-
+	"github.com/goverbs/goverbs/internal/errfmt"
 	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -47,7 +46,7 @@ func ConnectAttr(a, b *verbs.QP, attr verbs.QPAttr) error {
 		mask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
 			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		if err := q.Modify(&rts, mask); err != nil {
-			return fmt.Errorf("loop: QP %#x to RTS: %w", q.Num(), err)
+			return errfmt.Wrap(err, "loop: QP %#x to RTS", q.Num())
 		}
 	}
 	return nil
@@ -64,7 +63,7 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 	}
 	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: attr.QPAccessFlags}
 	if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("loop: QP %#x to INIT: %w", q.Num(), err)
+		return errfmt.Wrap(err, "loop: QP %#x to INIT", q.Num())
 	}
 	rtr := attr
 	rtr.QPState = verbs.QPSRTR
@@ -73,7 +72,7 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	if err := q.Modify(&rtr, mask); err != nil {
-		return fmt.Errorf("loop: QP %#x to RTR: %w", q.Num(), err)
+		return errfmt.Wrap(err, "loop: QP %#x to RTR", q.Num())
 	}
 	return nil
 }
@@ -81,7 +80,7 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 // ActivateUD moves a UD QP from RESET to RTS with Q_Key qkey.
 func ActivateUD(q *verbs.QP, qkey uint32) error {
 	if err := udqp.Activate(q, qkey); err != nil {
-		return fmt.Errorf("loop: %w", err)
+		return errfmt.Wrap(err, "loop")
 	}
 	return nil
 }
