@@ -585,5 +585,5 @@ func (x *Conn) Disconnect() error {
 // Errors a connection ends with.
 var (
 	ErrLocalDisconnect = fmt.Errorf("shm: %w", cm.ErrLocalDisconnect)
-	ErrPeerDisconnect  = fmt.Errorf("shm: %w", cm.ErrPeerDisconnect)
+	ErrDisconnected    = fmt.Errorf("shm: %w", cm.ErrPeerDisconnect)
 )

@@ -215,7 +215,7 @@ func (c *conn) peerGone(err error) {
 	default:
 	}
 	if errors.Is(err, errPeerClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-		err = ErrPeerDisconnect // it closed, exited or died: the kernel closed its socket
+		err = ErrDisconnected // it closed, exited or died: the kernel closed its socket
 	}
 	c.fail(err)
 }
