@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/errfmt"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -42,8 +43,13 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 	if err != nil {
 		err = public(err)
 		var rej *RejectedError
+		if !errors.As(err, &rej) {
+			// Not a rejection (which is rdmacm's own type): the
+			// transport's error, said to be rdmacm's connect.
+			err = errfmt.Wrap(err, "rdmacm: connect %s", id.addr)
+		}
 		switch {
-		case errors.As(err, &rej):
+		case rej != nil:
 			id.post(Event{Type: EventRejected, Err: err, PrivateData: rej.PrivateData})
 		case errors.Is(err, ErrUnreachable):
 			id.post(Event{Type: EventUnreachable, Err: err})
@@ -229,7 +235,9 @@ func (id *ID) Listen() error {
 		ln, err = id.tr.Listen(id.addr, id.pcfg)
 	}
 	if err != nil {
-		return err
+		// The transport's error (a *net.OpError over TCP) stays
+		// reachable with errors.As; the message says who failed.
+		return errfmt.Wrap(err, "rdmacm: listen %s", id.addr)
 	}
 	id.ln, id.state = ln, stateListening
 	return nil

@@ -290,3 +290,21 @@ func testZeroIDOptionsAndConfigs(t *testing.T, tr transport) {
 		t.Fatalf("receive: %v %v %q", wc.Status, err, buf[:4])
 	}
 }
+
+// A listen that fails says rdmacm's prefix once, and the transport's error
+// (a *net.OpError over TCP) stays reachable.
+func TestListenErrorKeepsCause(t *testing.T) {
+	ln, err := rdmacm.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = rdmacm.Listen(ln.LocalAddr().String())
+	var oe *net.OpError
+	if !errors.As(err, &oe) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("a second TCP listener: %v (%T), want a *net.OpError wrapping EADDRINUSE", err, err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "rdmacm: listen ") || strings.Count(msg, "rdmacm:") != 1 {
+		t.Errorf("message %q: want rdmacm's prefix once", msg)
+	}
+}
