@@ -138,14 +138,15 @@ type direction struct {
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
 	spin     time.Duration // current spin budget (adaptive)
+	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 
-func (d *direction) init() {
+func (d *direction) init(spin time.Duration) {
 	d.timer = time.AfterFunc(time.Hour, d.wc.fire)
 	d.timer.Stop()
 	d.nudge = time.AfterFunc(time.Hour, d.wc.fire)
 	d.nudge.Stop()
-	d.spin = maxSpin
+	d.spin, d.maxSpin = spin, spin
 }
 
 // nudgeAfter is how long a call blocks before it nudges an iWARP peer.
@@ -229,6 +230,7 @@ type connSetup struct {
 	rq, sq int
 	rbuf   int
 	sbuf   int
+	spin   time.Duration // Options.Spin
 }
 
 // newConn allocates a connection's buffers and CQ; the QP comes after
@@ -312,8 +314,15 @@ func newConn(s connSetup) (c *Conn, err error) {
 	c.sqeAvail = c.sq
 	c.sbufAvail = c.sbufSize
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.rd.init()
-	c.wr.init()
+	spin := s.spin // Options.Spin: 0 the default, negative none
+	switch {
+	case spin == 0:
+		spin = maxSpin
+	case spin < 0:
+		spin = 0
+	}
+	c.rd.init(spin)
+	c.wr.init(spin)
 	c.idleTimer = time.AfterFunc(time.Hour, func() {
 		if c.active.Load() == 0 {
 			notify(c.needWait)
@@ -842,9 +851,9 @@ func (w *waitState) done(d *direction) {
 		return
 	}
 	if w.blocking {
-		d.spin = max(d.spin/2, minSpin)
+		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
 	} else {
-		d.spin = min(2*d.spin+time.Microsecond, maxSpin)
+		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/rdmacm"
@@ -40,6 +41,9 @@ func TestClosedConn(t *testing.T) {
 	leakcheck.Check(t)
 	a, b := pair(t, "unix")
 	defer b.Close()
+	if a.rd.maxSpin != maxSpin || a.wr.maxSpin != maxSpin {
+		t.Errorf("default spin %v/%v, want %v", a.rd.maxSpin, a.wr.maxSpin, maxSpin)
+	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +60,7 @@ func TestClosedConn(t *testing.T) {
 // negative or too small size is refused.
 func TestOptions(t *testing.T) {
 	leakcheck.Check(t)
-	lc := ListenConfig{Options: Options{RecvBuffer: 64 << 10, RecvQueue: 32}}
+	lc := ListenConfig{Options: Options{RecvBuffer: 64 << 10, RecvQueue: 32, Spin: -1}}
 	ln, err := lc.Listen(fmt.Sprintf("unix:@rsocket-options-%d", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +71,7 @@ func TestOptions(t *testing.T) {
 		c, _ := ln.Accept()
 		acc <- c
 	}()
-	d := Dialer{Options: Options{SendBuffer: 16 << 10, SendQueue: 64}}
+	d := Dialer{Options: Options{SendBuffer: 16 << 10, SendQueue: 64, Spin: 10 * time.Microsecond}}
 	nc, err := d.DialContext(context.Background(), ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +88,9 @@ func TestOptions(t *testing.T) {
 	}
 	if sc.rbufSize != 64<<10 || sc.rq != 32 || sc.sbufSize != defaultSBuf || sc.sq != defaultSQ {
 		t.Errorf("accepted: sbuf %d sq %d rbuf %d rq %d", sc.sbufSize, sc.sq, sc.rbufSize, sc.rq)
+	}
+	if c.rd.maxSpin != 10*time.Microsecond || sc.rd.maxSpin != 0 || sc.wr.spin != 0 {
+		t.Errorf("spin: dialer %v, accepted %v/%v", c.rd.maxSpin, sc.rd.maxSpin, sc.wr.spin)
 	}
 	if _, err := nc.Write([]byte("sized")); err != nil {
 		t.Fatal(err)
