@@ -39,6 +39,7 @@ func (id *ID) Connect(ctx context.Context, p *ConnParam) error {
 		return err
 	}
 	cp.Config = id.providerConfig()
+	cp.Source = id.src
 	conn, err := id.tr.Dial(ctx, id.addr, qp, cp)
 	if err != nil {
 		err = public(err)
@@ -144,7 +145,12 @@ func (id *ID) Close() error {
 	id.state = stateClosed
 	conn, req, ln := id.conn, id.req, id.ln
 	close(id.done)
+	id.stopPump()
+	ch := id.ch
 	id.mu.Unlock()
+	if ch != nil {
+		defer ch.detach()
+	}
 	if req != nil && st == stateRequest {
 		req.Reject(nil)
 	}
@@ -240,6 +246,9 @@ func (id *ID) Listen() error {
 		return errfmt.Wrap(err, "rdmacm: listen %s", id.addr)
 	}
 	id.ln, id.state = ln, stateListening
+	if id.ch != nil {
+		id.startPump()
+	}
 	return nil
 }
 
@@ -248,8 +257,20 @@ func (id *ID) Listen() error {
 // the requester's private data and resources. When the listener was made by
 // CreateEP with QP attributes, the new identifier already has its QP.
 // Answer it with Accept or Reject. A failure to accept a connection is
-// reported as an *AcceptError; the listener keeps listening.
+// reported as an *AcceptError; the listener keeps listening. A listener
+// attached to an EventChannel has its requests there (ErrInvalid).
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
+	id.mu.Lock()
+	ch := id.ch
+	id.mu.Unlock()
+	if ch != nil {
+		return nil, errOnChannel
+	}
+	return id.getRequest(ctx)
+}
+
+// getRequest is GetRequest, for the caller and for an EventChannel's pump.
+func (id *ID) getRequest(ctx context.Context) (*ID, error) {
 	id.mu.Lock()
 	ln, st := id.ln, id.state
 	id.mu.Unlock()

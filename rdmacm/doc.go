@@ -48,6 +48,12 @@
 // Listen + GetRequest + Accept; CreateEP gives rdma_create_ep's model for
 // code ported from C. Every blocking call takes a context.
 //
+// Each identifier has its own event queue (NextEvent) unless it is
+// attached to an EventChannel (NewEventChannel, ID.Migrate): one queue,
+// and one descriptor for epoll, for many identifiers, as
+// rdma_create_event_channel gives. Multicast (rdma_join_multicast) is not
+// there yet.
+//
 // # Errors
 //
 // Errors are tested with errors.Is and errors.As, as those of package net:

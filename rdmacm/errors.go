@@ -136,6 +136,7 @@ var (
 	errInvalid      error = &verbsError{"rdmacm: invalid argument", verbs.ErrInvalid}
 	errInvalidState error = &verbsError{"rdmacm: invalid state", verbs.ErrInvalidState}
 	errNotSupported error = &verbsError{"rdmacm: operation not supported", verbs.ErrNotSupported}
+	errBusy         error = &verbsError{"rdmacm: resource busy", verbs.ErrBusy}
 )
 
 type verbsError struct {

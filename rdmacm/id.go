@@ -58,6 +58,10 @@ type ID struct {
 	pcfg any       // IDOptions' configuration of the transport
 	ps   PortSpace // NewID's
 	ud   *UDParam  // a UD identifier's resolved peer
+
+	src      string             // CreateIDFrom's source, for a cm.Sourcer
+	ch       *EventChannel      // Migrate's: where events go (nil: events)
+	pumpStop context.CancelFunc // ends a listener's pump to ch
 }
 
 // DeviceContext returns the device context the identifier is bound to
@@ -164,9 +168,11 @@ func CreateID(addr string) (*ID, error) {
 
 // CreateIDFrom is CreateID with a source address (rdma_resolve_addr with
 // src_addr): the connection goes out from the local address src (an IP
-// address, with or without a port), and so from the device that serves
-// it. Only transports whose device depends on the address (roce://) take
-// a source; the others choose their own and refuse one.
+// address, with or without a port). Over roce:// that chooses the device
+// (the one that serves src); over TCP (iWARP) it is the TCP connection's
+// local address, and a source that is not an IP address is ErrInvalid.
+// Transports without addresses of that kind (unix:) refuse a source
+// (ErrNotSupported).
 func CreateIDFrom(src, addr string) (*ID, error) {
 	t, rest, err := transportFor(addr)
 	if err != nil {
@@ -175,18 +181,28 @@ func CreateIDFrom(src, addr string) (*ID, error) {
 	if src == "" {
 		return newID(t, rest)
 	}
-	r, ok := t.(cm.Router)
-	if !ok {
-		return nil, fmt.Errorf("%w: a source address over %s", errNotSupported, t.Name())
-	}
 	if _, _, err := net.SplitHostPort(src); err != nil {
 		src = net.JoinHostPort(src, "0")
 	}
-	name, err := r.DeviceFor(src, true)
-	if err != nil {
-		return nil, err
+	switch r := t.(type) {
+	case cm.Router:
+		name, err := r.DeviceFor(src, true)
+		if err != nil {
+			return nil, err
+		}
+		return newIDOn(t, rest, name)
+	case cm.Sourcer:
+		if err := r.CheckSource(src); err != nil {
+			return nil, err
+		}
+		id, err := newID(t, rest)
+		if err != nil {
+			return nil, err
+		}
+		id.src = src
+		return id, nil
 	}
-	return newIDOn(t, rest, name)
+	return nil, fmt.Errorf("%w: a source address over %s", errNotSupported, t.Name())
 }
 
 // LocalAddr returns the local address of a connected or listening
@@ -237,8 +253,20 @@ func (id *ID) PeerResources() (responderResources, initiatorDepth int) {
 }
 
 func (id *ID) post(ev Event) {
+	id.mu.Lock()
+	id.postLocked(ev)
+	id.mu.Unlock()
+}
+
+// postLocked is post with id.mu held (so that Migrate moves the queue
+// with no event passing it).
+func (id *ID) postLocked(ev Event) {
 	if ev.ID == nil {
 		ev.ID = id
+	}
+	if id.ch != nil {
+		id.ch.deliver(ev)
+		return
 	}
 	select {
 	case id.events <- ev:
@@ -248,13 +276,17 @@ func (id *ID) post(ev Event) {
 
 // NextEvent returns the identifier's next connection event (rdma_get_cm_event
 // for this id). A listening identifier yields EventConnectRequest events whose
-// ID is the new request.
+// ID is the new request. An identifier attached to an EventChannel has
+// its events there (ErrInvalid).
 func (id *ID) NextEvent(ctx context.Context) (Event, error) {
 	id.mu.Lock()
-	st := id.state
+	st, ch := id.state, id.ch
 	id.mu.Unlock()
 	if st == stateClosed {
 		return Event{}, ErrClosed
+	}
+	if ch != nil {
+		return Event{}, errOnChannel
 	}
 	if st == stateListening {
 		req, err := id.GetRequest(ctx)

@@ -39,20 +39,8 @@ func (pd *PD) Dealloc() error {
 // Memory from AllocBuffer is also accepted and is what providers that share
 // memory between processes need.
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty buffer", ErrInvalid)
-	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
-	}
-	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
-		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering |
-		AccessFlushGlobal | AccessFlushPersistent
-	if access&^known != 0 {
-		return nil, fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
-	}
-	if access&(AccessZeroBased|AccessMWBind|AccessOnDemand) != 0 {
-		return nil, fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessMWBind|AccessOnDemand))
+	if err := checkAccess(buf, access); err != nil {
+		return nil, err
 	}
 	// The buffer the region lies in is known (and held: Free fails) before
 	// the provider registers it, so that a provider may share it at once.
@@ -70,6 +58,27 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	mr.d = d
 	mr.lkey, mr.rkey = d.LKey(), d.RKey()
 	return mr, nil
+}
+
+// checkAccess is RegMR's (and Rereg's) check of a region's memory and
+// access flags.
+func checkAccess(buf []byte, access AccessFlags) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty buffer", ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
+	}
+	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
+		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering |
+		AccessFlushGlobal | AccessFlushPersistent
+	if access&^known != 0 {
+		return fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
+	}
+	if access&(AccessZeroBased|AccessOnDemand) != 0 {
+		return fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessOnDemand))
+	}
+	return nil
 }
 
 // CreateQP creates a queue pair (ibv_create_qp). The QP starts in RESET.

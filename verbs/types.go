@@ -34,6 +34,10 @@ type SGE struct {
 //   - FLUSH: RemoteAddr, RKey and FlushLen name the remote range, FlushType
 //     what to guarantee; SGList is empty. The target region needs
 //     AccessFlushGlobal or AccessFlushPersistent for that type.
+//   - BIND_MW: BindMW names a type 2 window and what to bind it to (type 1
+//     windows are bound with QP.BindMW); no SGList.
+//   - LOCAL_INV: InvalidateRKey is the key of a type 2 window (or of a
+//     region) of the QP's PD that stops working; no SGList.
 type SendWR struct {
 	WRID   uint64
 	SGList []SGE
@@ -43,7 +47,8 @@ type SendWR struct {
 	// it as a plain number end to end (libibverbs keeps it big-endian in
 	// imm_data); the receiver's WC.ImmData holds the same value.
 	ImmData uint32
-	// InvalidateRKey is the remote key a SEND_WITH_INV invalidates at the receiver.
+	// InvalidateRKey is the remote key a SEND_WITH_INV invalidates at the
+	// receiver, or LOCAL_INV here.
 	InvalidateRKey uint32
 	RemoteAddr     uint64
 	RKey           uint32
@@ -59,6 +64,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BindMW is what a BIND_MW request binds; it is read when the request
+	// is posted.
+	BindMW *BindMW
 	// Inline, with SendInline set, is the message itself: it is copied at post
 	// time and need not be registered memory (the Go counterpart of passing
 	// an unregistered pointer with IBV_SEND_INLINE). When Inline is nil an

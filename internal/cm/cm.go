@@ -37,6 +37,9 @@ type Params struct {
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.
 	Extensions bool
+	// Source is the local address a Dial leaves from, for a Sourcer
+	// ("": the route's).
+	Source string
 	// Config is the transport's own configuration (*iwarp.Config,
 	// *shm.Config), or nil for its defaults; one of another transport is
 	// ignored. Dial only: a listener's comes with Listen.
@@ -66,6 +69,14 @@ type Router interface {
 	// DeviceFor returns the device a listener at addr (listen) or a
 	// connection to addr uses.
 	DeviceFor(addr string, listen bool) (string, error)
+}
+
+// Sourcer is a Transport whose connections can leave from a chosen
+// local address (Params.Source) on its one device: iWARP over TCP.
+type Sourcer interface {
+	// CheckSource says whether src (an IP address with a port, 0 for
+	// any) can be a connection's source.
+	CheckSource(src string) error
 }
 
 // Claimer is a Transport that also serves addresses written without a

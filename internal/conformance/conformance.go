@@ -28,6 +28,12 @@ type Caps struct {
 	Invalidate bool // SEND_WITH_INV
 	Modify     bool // RC QPs are connected by Modify (INIT->RTR with DEST_QPN), not by a CM
 	Flush      bool // FLUSH and ATOMIC_WRITE (IBTA 1.5; between goverbs peers on iWARP)
+	// MemoryWindows: type 1 and 2 windows (ibv_alloc_mw, ibv_bind_mw,
+	// BIND_MW and LOCAL_INV work requests); without it AllocMW must
+	// return ErrNotSupported.
+	MemoryWindows bool
+	Rereg         bool // ibv_rereg_mr (else MR.Rereg returns ErrNotSupported)
+	ResizeCQ      bool // ibv_resize_cq (else CQ.Resize returns ErrNotSupported)
 	// AsyncErrors: remote errors are reported as on iWARP, asynchronously
 	// (a Terminate message) after the failing request may have completed
 	// locally, and an error on either end takes both QPs to ERR. Without it

@@ -37,6 +37,7 @@ const (
 	opNoInline             // no inline data
 	opDirect               // PostSend may carry it out directly (DirectSender)
 	opOneSided             // RDMA WRITE or READ: DirectSender.OneSided may carry it out
+	opLocal                // BIND_MW, LOCAL_INV: carried out by the engine, nothing on the wire
 )
 
 var opClass = [16]uint16{
@@ -50,8 +51,8 @@ var opClass = [16]uint16{
 	verbs.WRAtomicFetchAndAdd: opValid | opRCOnly | opAtomic | opNoInline,
 	verbs.WRFlush:             opValid | opRCOnly | opFlush | opNoInline,
 	verbs.WRAtomicWrite:       opValid | opRCOnly | opWrite8,
-	verbs.WRLocalInv:          opValid | opNoSup,
-	verbs.WRBindMW:            opValid | opNoSup,
+	verbs.WRLocalInv:          opValid | opRCOnly | opNoInline | opLocal,
+	verbs.WRBindMW:            opValid | opRCOnly | opNoInline | opLocal,
 }
 
 // PostSend implements driver.QP. The requests of a list on an idle QP
@@ -176,6 +177,11 @@ func (q *QP) check(wr *verbs.SendWR) (n uint64, inline bool, err error) {
 	if inline && wr.Inline != nil {
 		n = uint64(len(wr.Inline))
 	}
+	if op == verbs.WRBindMW {
+		if err := q.checkBind(wr); err != nil {
+			return 0, false, err
+		}
+	}
 	if cls&(opAtomic|opRead|opFlush|opWrite8) != 0 {
 		if err := q.checkOp(wr, cls, n, inline); err != nil {
 			return 0, false, err
@@ -258,6 +264,15 @@ func (q *QP) fillWQE(w *WQE, wr *verbs.SendWR, n uint64, inline bool) error {
 	resetWQE(w, wr, n)
 	w.seq, w.state = q.sq.tail, wqeQueued
 	w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	if wr.Opcode == verbs.WRBindMW {
+		// Read now, as the caller may reuse it; the window's key is the
+		// new one from now on (libibverbs updates mw->rkey at the post).
+		w.bind = *wr.BindMW
+		w.WR.BindMW = &w.bind
+		if mw, ok := mwOf(w.bind.MW); ok {
+			mw.rkey.Store(w.bind.RKey)
+		}
+	}
 	if inline {
 		// The data is copied now: the caller may reuse its buffers when PostSend returns.
 		if wr.Inline != nil {
@@ -529,6 +544,18 @@ func (q *QP) progressLocked() {
 			break
 		}
 		w.state = wqeTx
+		if opClass[w.WR.Opcode&15]&opLocal != 0 {
+			// Unlocked, as a transport's Send is: a bind revokes the
+			// window's old binding, which may wait for a peer's direct
+			// accesses (shm).
+			seq := w.seq
+			q.mu.Unlock()
+			st := q.local(w)
+			q.mu.Lock()
+			q.txResult(w, seq, 0, Result{Outcome: Done, Status: st})
+			q.retire()
+			continue
+		}
 		if h := faultHook.Get(); h != nil && !w.asked && !q.askFault(*h, w) {
 			q.retire()
 			continue
@@ -671,7 +698,7 @@ func (q *QP) retire() {
 			break
 		}
 		q.countSend(w)
-		if h := captureHook.Get(); h != nil {
+		if h := captureHook.Get(); h != nil && opClass[w.WR.Opcode&15]&opLocal == 0 {
 			q.capture(*h, w, true)
 		}
 		if w.signaled || w.status != verbs.WCSuccess {

@@ -164,6 +164,7 @@ type WQE struct {
 	fault    verbs.WCStatus // the status a fault gives it
 	sge      []verbs.SGE
 	inl      []byte
+	bind     verbs.BindMW // a BIND_MW's, copied at the post
 }
 
 // Seq identifies the request for Requester.Complete; slots are reused,
@@ -401,7 +402,7 @@ func (r Responder) Resolve(rkey uint32, addr uint64, n uint32, need verbs.Access
 // bounds and QP checks are then the transport's to make.
 func (r Responder) Region(rkey uint32) (*MR, Fault) {
 	mr := r.q.dev.mrs.lookup(rkey)
-	if mr == nil {
+	if mr == nil || mr.wqp != nil && mr.wqp != r.q {
 		return nil, FaultKey
 	}
 	if mr.pd != r.q.pd {
@@ -441,8 +442,9 @@ func (r Responder) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType
 	return r.q.flush(rkey, addr, n, typ)
 }
 
-// Invalidate carries out a Send with Invalidate's request: the region
-// named by rkey, of the QP's PD, stops working.
+// Invalidate carries out a Send with Invalidate's request: the region or
+// type 2 memory window named by rkey, of the QP's PD, stops working (a
+// type 1 window cannot be invalidated so: FaultAccess).
 func (r Responder) Invalidate(rkey uint32) Fault { return r.q.invalidate(rkey) }
 
 // Fail moves the QP to ERR, flushing its work.

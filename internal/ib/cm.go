@@ -348,6 +348,20 @@ func PutREJ(m []byte, tid uint64, local, remote uint32, msg uint8, reason uint16
 	copy(d[84:84+REJPrivateLen], private)
 }
 
+// PutREJInfo writes a REJ's additional rejection information (at most
+// REJARILen bytes: for RejTimeout, the rejecting CA's GUID) and its length.
+func PutREJInfo(m []byte, ari []byte) {
+	d := m[MADHdrLen:]
+	n := copy(d[12:12+REJARILen], ari)
+	putBits(d, 9, 0, 7, uint8(n))
+}
+
+// REJInfo reads a REJ's additional rejection information.
+func REJInfo(m []byte) []byte {
+	d := m[MADHdrLen:]
+	return d[12 : 12+min(int(getBits(d, 9, 0, 7)), REJARILen)]
+}
+
 // REJReason reads a REJ's rejected message kind and reason.
 func REJReason(m []byte) (msg uint8, reason uint16) {
 	d := m[MADHdrLen:]

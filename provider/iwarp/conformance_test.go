@@ -14,7 +14,7 @@ import (
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{Atomics: true, Flush: true, Immediate: true, Invalidate: true, AsyncErrors: true}
+	return conformance.Caps{Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, AsyncErrors: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -26,8 +27,9 @@ import (
 // them over RoCE: the service ID is rdma_cm's for the port (RDMA_PS_TCP),
 // and the REQ's private data starts with rdma_cm's 36-byte header (the IP
 // addresses and the source port). A message that is not answered is sent
-// again every cmRetryGap, up to cmRetries times (a REQ: until the Dial's
-// deadline).
+// again every cmRetryGap, up to cmRetries times; a REQ until the Dial's
+// deadline, a REP as the REQ asks (rtuWait). An exchange the peer leaves
+// unfinished is dropped then and counted (Counters.CMTimeout).
 
 // Config configures a listener (Listen) or a connection (Dial), as
 // iwarp's and shm's do; package rdmacm passes one through
@@ -38,8 +40,8 @@ type Config struct {
 	// every half second until then. Default 10 s, as over iWARP.
 	ConnectTimeout time.Duration
 	// AcceptTimeout bounds an Accept's wait for the requester's RTU, the
-	// REP being sent again every half second until then. Default 7.5 s
-	// (15 replies, the IB CM's max_cm_retries).
+	// REP being sent again at the pace the REQ asks. Default: as long as
+	// the REQ asks (its CM response timeout times its max_cm_retries).
 	AcceptTimeout time.Duration
 }
 
@@ -50,12 +52,13 @@ func (c *Config) connectTimeout() time.Duration {
 	return c.ConnectTimeout
 }
 
-// acceptTries is how many REPs an Accept sends before it gives up.
-func (c *Config) acceptTries() int {
+// acceptTries is how many REPs, gap apart, an Accept sends before it
+// gives up: def, the REQ's, unless AcceptTimeout says otherwise.
+func (c *Config) acceptTries(gap time.Duration, def int) int {
 	if c == nil || c.AcceptTimeout <= 0 {
-		return cmRetries
+		return def
 	}
-	return max(int(c.AcceptTimeout/cmRetryGap), 1)
+	return max(int(c.AcceptTimeout/gap), 1)
 }
 
 // Tuning of the CM.
@@ -466,6 +469,9 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, cfg *Config)
 		a.send(m[:], ap.Addr())
 		reply, ok, err := c.waitReply(dctx, cmRetryGap)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				d.stats.CMTimeout.Add(1) // no answer to any REQ before the deadline
+			}
 			if e := ended(fmt.Sprintf("no answer from %v to %d connection requests", ap, try), err); e != nil {
 				err = e
 			}
@@ -788,8 +794,13 @@ func (r *Request) answer() error {
 }
 
 // Accept connects qp (an RC QP of the listener's device, in RESET or INIT)
-// to the requester: REP, then the RTU (the REP is sent again until it
-// comes, up to a bound).
+// to the requester: REP, then the RTU. The REP is sent again each time the
+// REQ's Local CM Response Timeout passes without the RTU (at least 50 ms,
+// at most rdma_cm's 4.3 s), as many times as its Max CM Retries; then the
+// exchange is dropped: a REJ (timeout) goes to the requester, the QP to
+// ERR (its posted receives flush), Counters.CMTimeout counts it, and the
+// error wraps cm.ErrUnreachable. Other requests are served meanwhile by
+// other calls of Accept.
 func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	a, c := r.l.a, r.c
 	d := a.d
@@ -833,12 +844,27 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	copy(rep.PrivateData[:], p.PrivateData)
 	var m [ib.MADLen]byte
 	rep.Marshal(m[:], c.tid)
-	for try, tries := 0, r.l.cfg.acceptTries(); ; try++ {
+	gap, tries := rtuWait(&r.req)
+	tries = r.l.cfg.acceptTries(gap, tries)
+	for try := 0; ; try++ {
 		if try == tries {
-			return fail(fmt.Errorf("%w: %v: no RTU after %d replies", cm.ErrUnreachable, c.peer, tries))
+			// The peer left the exchange unfinished: counted, refused
+			// (REJ, timeout), the QP to ERR so that its receives flush.
+			d.stats.CMTimeout.Add(1)
+			var rej [ib.MADLen]byte
+			ib.PutREJ(rej[:], c.tid, c.localID, c.remoteID, ib.RejMsgREQ, ib.RejTimeout, nil)
+			var guid [8]byte
+			binary.BigEndian.PutUint64(guid[:], d.eng.GUID())
+			ib.PutREJInfo(rej[:], guid[:])
+			a.send(rej[:], c.peer)
+			qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+			c.forget()
+			err := fmt.Errorf("%w: %v: no RTU after %d replies %v apart", cm.ErrUnreachable, c.peer, tries, gap)
+			c.end(err)
+			return nil, err
 		}
 		a.send(m[:], c.peer)
-		if c.waitRTU(cmRetryGap) {
+		if c.waitRTU(gap) {
 			break
 		}
 	}
@@ -851,6 +877,22 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	}
 	go c.watch()
 	return &Conn{c: c, local: netip.AddrPortFrom(d.addr, c.localPort)}, nil
+}
+
+// Bounds of the wait for an RTU, whatever a REQ asks.
+const (
+	rtuGapMin = 50 * time.Millisecond
+	rtuGapMax = 1 << cmRespTime * 4096 * time.Nanosecond // rdma_cm's 4.3 s
+)
+
+// rtuWait is how long Accept waits for the RTU after each REP, and how many
+// REPs it sends: the REQ's Local CM Response Timeout (the time its sender
+// takes to answer a REP) and Max CM Retries, as IBA 12.7 and Linux's CM
+// read them, the time kept within [rtuGapMin, rtuGapMax] so that no REQ
+// makes an Accept wait more than 16 × 4.3 s or send REPs in a burst.
+func rtuWait(req *ib.REQ) (time.Duration, int) {
+	t := time.Duration(4096) << min(req.LocalCMRespTimeout, 31) * time.Nanosecond
+	return min(max(t, rtuGapMin), rtuGapMax), int(req.MaxCMRetries&0xF) + 1
 }
 
 // waitRTU waits up to d for the RTU (a REQ sent again is answered by the

@@ -49,7 +49,7 @@ func openDev(t testing.TB, name string) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true}
+	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Modify: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) {

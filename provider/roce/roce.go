@@ -56,7 +56,12 @@
 // numbers themselves, by Modify as on any verbs device. In rdma_cm's UDP
 // port space (rdmacm.PortSpaceUDP) a UD QP learns the number and Q_Key of
 // the UD QP that serves an address by IB's service ID resolution (SIDR
-// REQ/REP), as librdmacm's udaddy does.
+// REQ/REP), as librdmacm's udaddy does. An exchange a peer leaves
+// unfinished is dropped within the CM's timeouts and counted
+// (Counters.CMTimeout): an Accept whose REP gets no RTU gives up after the
+// REQ's Local CM Response Timeout × (Max CM Retries + 1), at most 16 ×
+// 4.3 s, with a REJ (timeout) and its QP in ERR; a Dial whose REQs get no
+// answer, at its deadline.
 package roce
 
 import (

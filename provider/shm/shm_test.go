@@ -86,7 +86,7 @@ func open(t testing.TB) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{RNR: true, Atomics: true, Immediate: true, Invalidate: true, Flush: true}
+	return conformance.Caps{RNR: true, Atomics: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Flush: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }

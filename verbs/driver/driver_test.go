@@ -141,6 +141,9 @@ func TestRegisteredProviderServesVerbs(t *testing.T) {
 	if _, ok := driver.AHOf(ah).(fah); !ok {
 		t.Errorf("AHOf: %T", driver.AHOf(ah))
 	}
+	if _, ok := driver.MROf(mr).(fmr); !ok {
+		t.Errorf("MROf: %T", driver.MROf(mr))
+	}
 	if driver.QPOf(nil) != nil || driver.CQOf(nil) != nil {
 		t.Error("the provider object of nil is not nil")
 	}
