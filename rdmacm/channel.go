@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/goverbs/goverbs/verbs"
 )
 
 // EventChannel is a connection event channel (struct rdma_event_channel):
@@ -90,7 +88,7 @@ func (ch *EventChannel) Close() error {
 		return nil
 	}
 	if ch.ids > 0 {
-		return fmt.Errorf("%w: %d identifiers use the event channel", verbs.ErrBusy, ch.ids)
+		return fmt.Errorf("%w: %d identifiers use the event channel", errBusy, ch.ids)
 	}
 	ch.closed = true
 	ch.q = nil
@@ -136,7 +134,7 @@ func (ch *EventChannel) detach() {
 }
 
 // errOnChannel is what NextEvent and GetRequest of an attached identifier return.
-var errOnChannel = fmt.Errorf("%w: the identifier's events go to its EventChannel", verbs.ErrInvalid)
+var errOnChannel = fmt.Errorf("%w: the identifier's events go to its EventChannel", errInvalid)
 
 // Migrate moves the identifier's events to ch (rdma_migrate_id): the
 // events queued on the identifier move too, in order, and the later ones

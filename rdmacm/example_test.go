@@ -90,7 +90,7 @@ func ExampleID_LocalAddr() {
 	// Output:
 	// true
 	// true true
-	// verbs: invalid argument: address "unix:" is empty
+	// rdmacm: invalid argument: address "unix:" is empty
 }
 
 // One event channel serves a listener and every connection it accepts:

@@ -63,6 +63,23 @@
 // post a signaled one after it: an RC QP's completions come in posting
 // order.
 //
+// # Errors
+//
+// Every error wraps one of the sentinels (ErrInvalid, ErrNotSupported,
+// ErrBusy, ...; a context's error in calls that take one), tested with
+// errors.Is. Each sentinel also matches the errno libibverbs returns for
+// the same condition (errors.Is(err, syscall.EINVAL) where errors.Is(err,
+// ErrInvalid)), so code ported from C can keep testing errnos. Where there
+// is more to say, the error is typed: *PostError names the work request
+// that was not posted, *WCError a failed completion. A message carries the
+// prefix "verbs: " once.
+//
+// Releasing twice is not an error: a second Destroy, Dealloc (of a PD, TD
+// or MW), Dereg, Free or Close returns nil and does nothing, so that deferred cleanup may run
+// after an explicit one (unlike os.File's Close). Any other call on a
+// released object returns ErrClosed. Packages rdmacm, rpma and rsocket
+// follow the same rule.
+//
 // # Memory windows, re-registration, resizing
 //
 // A memory window (PD.AllocMW, ibv_alloc_mw) grants a peer a range of a

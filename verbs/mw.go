@@ -52,8 +52,9 @@ func (mw *MW) Type() MWType { return mw.typ }
 func (mw *MW) RKey() uint32 { return mw.d.RKey() }
 
 // Dealloc frees the window (ibv_dealloc_mw); a bound window's key stops
-// working at once. A second Dealloc returns ErrClosed.
-func (mw *MW) Dealloc() error { return mw.d.Dealloc() }
+// working at once. A second Dealloc returns nil (see Errors in the
+// package doc).
+func (mw *MW) Dealloc() error { return again(mw.d.Dealloc()) }
 
 // AllocMW allocates a memory window of type typ (ibv_alloc_mw). It returns
 // ErrInvalid for another type and ErrNotSupported when the provider has no

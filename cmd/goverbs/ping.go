@@ -32,8 +32,8 @@ type pingOpts struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
-	pcfg            any    // the provider's configuration (nil: its defaults)
-	dev             string // the device the address leads to, for messages
+	tcp             *iwarp.Config // the iWARP provider's configuration (nil: its defaults)
+	dev             string        // the device the address leads to, for messages
 }
 
 const pingHelp = `usage: goverbs ping -s [-vVd] [-S SIZE] [-C COUNT] [-a ADDR] [-p PORT]
@@ -125,7 +125,7 @@ func ping(args []string) error {
 		return err
 	}
 	if *crc {
-		o.pcfg = &iwarp.Config{CRC: true}
+		o.tcp = &iwarp.Config{CRC: true}
 	}
 	if o.server == o.client {
 		return badUsage("ping", "give exactly one of -s and -c")
@@ -295,11 +295,10 @@ func (e *pingEnd) sendInfo(buf []byte, mr *verbs.MR) error {
 }
 
 func pingClient(addr string, o *pingOpts) error {
-	id, err := rdmacm.CreateID(addr)
+	id, err := rdmacm.NewID(addr, o.idOptions())
 	if err != nil {
 		return err
 	}
-	id.SetProviderConfig(o.pcfg)
 	e := &pingEnd{o: o}
 	defer e.close()
 	if err := e.setup(id, true); err != nil {
@@ -318,7 +317,7 @@ func pingClient(addr string, o *pingOpts) error {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", addr, err)
 	}
-	o.dbg("client connected to %v over %s", id.RemoteAddr(), id.Context().Device().Name())
+	o.dbg("client connected to %v over %s", id.RemoteAddr(), id.DeviceContext().Device().Name())
 	for ping := 0; o.count == 0 || ping < o.count; ping++ {
 		pingData(e.startBuf, ping)
 		if err := e.sendInfo(e.startBuf, e.startMR); err != nil {
@@ -370,17 +369,16 @@ func cstring(b []byte) []byte {
 }
 
 func pingServer(addr string, o *pingOpts) error {
-	ln, err := rdmacm.CreateID(addr)
+	ln, err := rdmacm.NewID(addr, o.idOptions())
 	if err != nil {
 		return err
 	}
-	ln.SetProviderConfig(o.pcfg)
 	if err := ln.Listen(); err != nil {
 		ln.Close()
 		return err
 	}
 	defer ln.Close()
-	o.dbg("server listening on %v (%s)", ln.LocalAddr(), ln.Context().Device().Name())
+	o.dbg("server listening on %v (%s)", ln.LocalAddr(), ln.DeviceContext().Device().Name())
 	req, err := ln.GetRequest(context.Background())
 	if err != nil {
 		return err
@@ -473,3 +471,6 @@ func isEndOfPing(err error) bool {
 	var we *verbs.WCError
 	return errors.As(err, &we) && we.Status == verbs.WCWRFlushErr
 }
+
+// idOptions are the options of the identifiers ping makes.
+func (o *pingOpts) idOptions() rdmacm.IDOptions { return rdmacm.IDOptions{TCP: o.tcp} }

@@ -57,7 +57,7 @@ type Fixture interface {
 	Open(t testing.TB) (a, b *verbs.Context)
 	// Connect brings RC QPs a and b from RESET to RTS, connected to each
 	// other, with the RC attributes in attr (QPAccessFlags, MaxRdAtomic,
-	// MaxDestRdAtomic, MinRnrTimer, RnrRetry, RetryCnt, Timeout).
+	// MaxDestRdAtomic, MinRNRTimer, RNRRetry, RetryCnt, Timeout).
 	Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error
 	// ActivateUD brings a UD QP from RESET to RTS with the Q_Key.
 	ActivateUD(t testing.TB, q *verbs.QP, qkey uint32) error
@@ -121,10 +121,10 @@ var DefaultRC = verbs.QPAttr{
 	PathMTU:         verbs.MTU4096,
 	MaxRdAtomic:     16,
 	MaxDestRdAtomic: 16,
-	MinRnrTimer:     1,
+	MinRNRTimer:     1,
 	Timeout:         14,
 	RetryCnt:        7,
-	RnrRetry:        7,
+	RNRRetry:        7,
 }
 
 // Side is one end of a test connection: its context, PD, CQs, QP and a

@@ -79,6 +79,9 @@ type QP struct {
 
 // CreateQP implements driver.PD.
 func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
+	if pd.dead.Load() {
+		return nil, errPDGone
+	}
 	dev := pd.ctx.dev
 	a := dev.cfg.Attr
 	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUD {

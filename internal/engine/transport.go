@@ -296,7 +296,7 @@ func (r Requester) Resume() {
 func (r Requester) RNRRetry() uint8 {
 	r.q.mu.Lock()
 	defer r.q.mu.Unlock()
-	return r.q.attr.RnrRetry
+	return r.q.attr.RNRRetry
 }
 
 // Responder is the receive side of a QP as its transport sees it: where
@@ -330,7 +330,7 @@ func (r Responder) Access() verbs.AccessFlags { return verbs.AccessFlags(r.q.aac
 func (r Responder) MinRNRTimer() uint8 {
 	r.q.mu.Lock()
 	defer r.q.mu.Unlock()
-	return r.q.attr.MinRnrTimer
+	return r.q.attr.MinRNRTimer
 }
 
 // QKey returns the QP's Q_Key (UD).

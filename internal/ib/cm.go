@@ -67,7 +67,7 @@ func PutCMHeader(m []byte, attr uint16, tid uint64) {
 
 // ErrMAD reports a management datagram that is not a CM message of the
 // version this package speaks.
-var ErrMAD = errors.New("ib: not a CM MAD (class 7, version 2, method Send, 256 bytes)")
+var ErrMAD = errors.New("not a CM MAD (class 7, version 2, method Send, 256 bytes)")
 
 // CheckCM checks that m is a CM message.
 func CheckCM(m []byte) error {

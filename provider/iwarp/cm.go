@@ -36,7 +36,7 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 	c, _ := p.Config.(*Config)
-	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, Extensions: p.Extensions, Source: p.Source}, c)
+	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), Extensions: p.Extensions, Source: p.Source}, c)
 	if err != nil {
 		return nil, err
 	}
@@ -73,18 +73,20 @@ func (l listener) Next(ctx context.Context) (cm.Request, error) {
 type request struct{ *Request }
 
 func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD})
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD)})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// clampIRDORD is a Params depth as the wire carries it: 0 is the most, a
+// negative value none.
 func clampIRDORD(v int) int {
 	switch {
 	case v < 0:
 		return 0
-	case v > maxIRDORD:
+	case v == 0 || v > maxIRDORD:
 		return maxIRDORD
 	}
 	return v

@@ -3,6 +3,7 @@ package iwarp_test
 import (
 	"testing"
 
+	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
@@ -25,7 +26,8 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := iwarp.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), Extensions: true}
+	// The case's values are exact: a 0 is none (cm.Explicit), not the default.
+	p := iwarp.Params{IRD: cm.Explicit(int(attr.MaxDestRdAtomic)), ORD: cm.Explicit(int(attr.MaxRdAtomic)), Extensions: true}
 	connect(t, a, b, p, p)
 	return nil
 }

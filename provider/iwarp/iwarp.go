@@ -213,7 +213,8 @@ type Params struct {
 	// PrivateData goes in the MPA Request (Dial) or Reply (Accept).
 	PrivateData []byte
 	// IRD (responder_resources): RDMA reads/atomics this side accepts
-	// outstanding; ORD (initiator_depth): those it issues. Both at most 128.
+	// outstanding; ORD (initiator_depth): those it issues. Both at most
+	// 128; 0 means 128, a negative value none.
 	IRD, ORD int
 	// Extensions (Dial) offers the RFC 7306 extensions, which only goverbs
 	// peers speak; a goverbs responder answers an offer by itself.
@@ -227,7 +228,7 @@ type Params struct {
 const maxIRDORD = 128
 
 var dev = engine.NewDevice(engine.Config{
-	OwnCapture: true, // package capture records the TCP stream (SetCapture)
+	OwnCapture: true, // package capture records the TCP stream (hook.IWARPCapture)
 	Name:       DeviceName,
 	GUID:       0x0200_5eff_fe77_0001,
 	NodeType:   verbs.NodeRNIC,

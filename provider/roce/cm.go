@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/ib"
 	"github.com/goverbs/goverbs/verbs"
@@ -29,6 +30,36 @@ import (
 // again every cmRetryGap, up to cmRetries times; a REQ until the Dial's
 // deadline, a REP as the REQ asks (rtuWait). An exchange the peer leaves
 // unfinished is dropped then and counted (Counters.CMTimeout).
+
+// Config configures a listener (Listen) or a connection (Dial), as
+// iwarp's and shm's do; package rdmacm passes one through
+// (IDOptions.RoCE). A nil *Config, or a zero field, means the default.
+type Config struct {
+	// ConnectTimeout bounds a Dial whose context has no deadline (a
+	// deadline, shorter or longer, replaces it); the REQ is sent again
+	// every half second until then. Default 10 s, as over iWARP.
+	ConnectTimeout time.Duration
+	// AcceptTimeout bounds an Accept's wait for the requester's RTU, the
+	// REP being sent again at the pace the REQ asks. Default: as long as
+	// the REQ asks (its CM response timeout times its max_cm_retries).
+	AcceptTimeout time.Duration
+}
+
+func (c *Config) connectTimeout() time.Duration {
+	if c == nil || c.ConnectTimeout <= 0 {
+		return cm.DefaultTimeout
+	}
+	return c.ConnectTimeout
+}
+
+// acceptTries is how many REPs, gap apart, an Accept sends before it
+// gives up: def, the REQ's, unless AcceptTimeout says otherwise.
+func (c *Config) acceptTries(gap time.Duration, def int) int {
+	if c == nil || c.AcceptTimeout <= 0 {
+		return def
+	}
+	return max(int(c.AcceptTimeout/gap), 1)
+}
 
 // Tuning of the CM.
 const (
@@ -191,15 +222,15 @@ func mtuEnum(m verbs.MTU) uint8 { return uint8(m) }
 // toRTR and toRTS connect qp with the CM's results.
 func toRTR(qp *verbs.QP, peer netip.Addr, peerQPN, rqPSN uint32, mtu verbs.MTU, ird int) error {
 	a := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: mtu, DestQPNum: peerQPN, RQPSN: rqPSN,
-		MaxDestRdAtomic: uint8(ird), MinRnrTimer: 12,
+		MaxDestRdAtomic: uint8(ird), MinRNRTimer: 12,
 		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: verbs.GID(ib.GIDOf(peer)), HopLimit: 64}}}
 	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRnrTimer)
+		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
 }
 
 func toRTS(qp *verbs.QP, sqPSN uint32, timeout, retry, rnrRetry uint8, ord int) error {
-	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RnrRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
-	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic)
+	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
+	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
 // toInit brings a QP in RESET to INIT as rdma_cm does.
@@ -244,16 +275,28 @@ type Params struct {
 	// PrivateData goes in the REQ (Dial, at most MaxPrivateData bytes after
 	// rdma_cm's header) or the REP (Accept, at most 196) or the REJ.
 	PrivateData []byte
-	// IRD (responder_resources) and ORD (initiator_depth), at most 128.
+	// IRD (responder_resources) and ORD (initiator_depth), at most 128;
+	// 0 means 128, a negative value none.
 	IRD, ORD int
 	// RNRRetry is the rnr_retry the peer uses towards us (7: for ever), as
-	// rdma_conn_param's rnr_retry_count.
-	RNRRetry uint8
-	// RetryCount is the transport's retry count (7 at most).
-	RetryCount uint8
+	// rdma_conn_param's rnr_retry_count; 0 means 7, a negative value none.
+	RNRRetry int
+	// RetryCount is the transport's retry count, 7 at most; 0 means 7, a
+	// negative value none.
+	RetryCount int
 }
 
-func clamp(v int) int { return max(0, min(v, maxIRDORD)) }
+// clamp is a Params depth as the CM carries it: 0 is the most, a negative
+// value none.
+func clamp(v int) int {
+	if v == 0 {
+		return maxIRDORD
+	}
+	return max(0, min(v, maxIRDORD))
+}
+
+// retries is a Params retry count: 0 is 7, a negative value none.
+func retries(v int) uint8 { return uint8(min(defaults.Int(v, 7), 7)) }
 
 // Conn is an established connection.
 type Conn struct {
@@ -375,10 +418,10 @@ func (c *cmConn) watch() {
 // rdma_cm listener at addr (host:port). A rejection returns a
 // *cm.RejectedError with the peer's private data (a port nobody listens on
 // is one too, as rdma_cm reports it, wrapping syscall.ECONNREFUSED). A REQ
-// is sent every cmRetryGap until ctx's deadline, or for cm.DefaultTimeout
-// when ctx has none; no answer by then is an error wrapping
+// is sent every cmRetryGap until ctx's deadline, or for cfg's
+// ConnectTimeout when ctx has none; no answer by then is an error wrapping
 // cm.ErrUnreachable (and ctx.Err() when ctx ended).
-func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, error) {
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, cfg *Config) (*Conn, error) {
 	ap, err := resolve(addr)
 	if err != nil {
 		return nil, err
@@ -405,13 +448,10 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	psn := randPSN()
 	req := ib.REQ{LocalCommID: c.localID, ServiceID: ib.ServiceID(ib.PortSpaceTCP, ap.Port()), LocalCAGUID: d.eng.GUID(),
 		LocalQPN: qp.Num(), ResponderResources: uint8(clamp(p.IRD)), InitiatorDepth: uint8(clamp(p.ORD)),
-		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: min(p.RetryCount, 7),
-		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: min(p.RNRRetry, 7), MaxCMRetries: cmRetries,
+		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: retries(p.RetryCount),
+		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: retries(p.RNRRetry), MaxCMRetries: cmRetries,
 		LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ib.GIDOf(local), RemoteGID: ib.GIDOf(ap.Addr()), HopLimit: 64,
 		LocalAckTimeout: ackTimeout0}
-	if req.RetryCount == 0 {
-		req.RetryCount = 7
-	}
 	ib.PutCMAHdr(req.PrivateData[:], local, ap.Addr(), c.localPort)
 	copy(req.PrivateData[ib.CMAHdrLen:], p.PrivateData)
 	var m [ib.MADLen]byte
@@ -423,7 +463,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	}
 	// A REQ goes out every cmRetryGap until the caller's deadline, longer
 	// or shorter, or for cm.DefaultTimeout when ctx has none.
-	dctx, cancel, ended := cm.DialLimit(ctx, cm.DefaultTimeout)
+	dctx, cancel, ended := cm.DialLimit(ctx, cfg.connectTimeout())
 	defer cancel()
 	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
@@ -562,6 +602,7 @@ func ephemeralPort() uint16 {
 // device.
 type Listener struct {
 	a    *cmAgent
+	cfg  *Config
 	port uint16
 	reqs chan *Request
 	done chan struct{}
@@ -570,8 +611,8 @@ type Listener struct {
 
 // Listen listens for connection requests for port on the device of the
 // local address host (host:port; an empty or unspecified host is the first
-// device's).
-func Listen(addr string) (*Listener, error) {
+// device's). cfg's AcceptTimeout holds for the requests it yields.
+func Listen(addr string, cfg *Config) (*Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", verbs.ErrInvalid, addr, err)
@@ -588,7 +629,7 @@ func Listen(addr string) (*Listener, error) {
 		return nil, err
 	}
 	a := d.cm
-	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{})}
+	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{}), cfg: cfg}
 	a.mu.Lock()
 	if pn == 0 {
 		l.port = freePort(func(p uint16) bool { return a.lns[p] == nil })
@@ -603,7 +644,7 @@ func Listen(addr string) (*Listener, error) {
 	return l, nil
 }
 
-var errAddrInUse = errors.New("address already in use")
+var errAddrInUse error = syscall.EADDRINUSE
 
 // freePort picks a port for a listener at port 0, as the kernel's rdma_cm
 // does: a random one of the ephemeral range that free says is free, or 0
@@ -799,11 +840,12 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	}
 	rep := ib.REP{LocalCommID: c.localID, RemoteCommID: c.remoteID, LocalQPN: qp.Num(), StartingPSN: psn,
 		ResponderResources: uint8(c.ird), InitiatorDepth: uint8(c.ord), TargetAckDelay: 15,
-		RNRRetryCount: min(p.RNRRetry, 7), LocalCAGUID: d.eng.GUID()}
+		RNRRetryCount: retries(p.RNRRetry), LocalCAGUID: d.eng.GUID()}
 	copy(rep.PrivateData[:], p.PrivateData)
 	var m [ib.MADLen]byte
 	rep.Marshal(m[:], c.tid)
 	gap, tries := rtuWait(&r.req)
+	tries = r.l.cfg.acceptTries(gap, tries)
 	for try := 0; ; try++ {
 		if try == tries {
 			// The peer left the exchange unfinished: counted, refused

@@ -37,7 +37,7 @@ func TestCMNoRTU(t *testing.T) {
 		retries     = 2  // 3 REPs in all
 	)
 	addr := fmt.Sprintf("%s:%d", testAddrs[1], port)
-	ln, err := roce.Listen(addr)
+	ln, err := roce.Listen(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCMNoRTU(t *testing.T) {
 
 	// A real client is served while the exchanges wait for their RTUs.
 	cli := conformance.NewSide(t, openDev(t, da), verbs.QPTRC, conformance.PairOpts{})
-	cc, err := roce.Dial(ctx, addr, cli.QP, roce.Params{PrivateData: []byte("real"), RNRRetry: 7})
+	cc, err := roce.Dial(ctx, addr, cli.QP, roce.Params{PrivateData: []byte("real"), RNRRetry: 7}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestCMDialNoAnswer(t *testing.T) {
 	before, _ := roce.DeviceCounters(da)
 	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
-	_, err := roce.Dial(ctx, fmt.Sprintf("%s:7412", nobody), cli.QP, roce.Params{})
+	_, err := roce.Dial(ctx, fmt.Sprintf("%s:7412", nobody), cli.QP, roce.Params{}, nil)
 	if !errors.Is(err, cm.ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial to nobody: %v", err)
 	}

@@ -200,9 +200,9 @@ func (d *device) open() error {
 	sock, err := openSocket(netip.AddrPortFrom(d.addr, ib.UDPPort))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			err = fmt.Errorf("%w: %s: %v", ErrPortInUse, d.addr, err)
+			return fmt.Errorf("roce: device %s (%s): %w", d.eng.Name(), d.addr, ErrPortInUse)
 		}
-		return fmt.Errorf("roce: %s: %w", d.eng.Name(), err)
+		return fmt.Errorf("roce: device %s: %w", d.eng.Name(), err)
 	}
 	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {

@@ -72,11 +72,11 @@ func newPeer(t *testing.T, spsn, rpsn uint32, timeout uint8) *peer {
 	}{
 		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: peerQPN, RQPSN: rpsn, MaxDestRdAtomic: 16, MinRnrTimer: 1,
+		{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: peerQPN, RQPSN: rpsn, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 			AHAttr: verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: spsn, Timeout: timeout, RetryCnt: 7, RnrRetry: 7, MaxRdAtomic: 16},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: spsn, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
 	}
 	for _, st := range steps {
 		if err := x.QP.Modify(&st.a, st.m); err != nil {

@@ -627,7 +627,7 @@ func (s *sendState) ack(p *ib.Packet) {
 		}
 		if s.q.path.rnrRetry != 7 {
 			if s.rnrLeft--; s.rnrLeft < 0 {
-				s.fail(s.at(0), verbs.WCRnrRetryExcErr)
+				s.fail(s.at(0), verbs.WCRNRRetryExcErr)
 				return
 			}
 		}

@@ -66,12 +66,12 @@ package roce
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/verbs"
@@ -229,8 +229,8 @@ func activeMTU(addr netip.Addr) verbs.MTU {
 // Errors of the provider.
 var (
 	// ErrPortInUse reports that another process serves UDP port 4791 on the
-	// device's address (only one can).
-	ErrPortInUse = errors.New("roce: UDP port 4791 on this address is in use by another process (one process per address; use another address, e.g. 127.0.0.2)")
+	// device's address (only one can). It matches syscall.EADDRINUSE too.
+	ErrPortInUse = fmt.Errorf("UDP port 4791 of the address is another process's (one process per address; use another address, e.g. 127.0.0.2): %w", syscall.EADDRINUSE)
 
 	errNoGID = fmt.Errorf("%w: an RC QP of a RoCE device needs a global address (AHAttr.IsGlobal, GRH.DGID) to connect", verbs.ErrInvalid)
 )

@@ -141,6 +141,11 @@ type AH = interface {
 // a name twice replaces the earlier provider.
 func Register(name string, p Provider) { registry.Register(name, p) }
 
+// The provider's object behind a verbs object, for a provider that is
+// handed one: a CQ or SRQ in a QPInitAttr, an AH in a SendWR, a QP in a
+// provider's own connect call (loop.Connect), an MR and an MW in a
+// window's bind.
+
 // QPOf returns the provider's object behind qp (nil for nil).
 func QPOf(qp *verbs.QP) QP { return of[QP](qp) }
 

@@ -252,7 +252,7 @@ func (s *side) threadDomain(c *Config) error {
 	if !strings.HasPrefix(c.Test, "write_") && !strings.HasPrefix(c.Test, "read_") {
 		return nil
 	}
-	ctx, pd := s.id.Context(), s.id.PD()
+	ctx, pd := s.id.DeviceContext(), s.id.PD()
 	if ctx == nil || pd == nil {
 		return nil // the identifier has no device yet: no thread domain
 	}
@@ -484,7 +484,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		}
 	}
 	if err == nil {
-		r.Device = ss[0].id.Context().Device().Name()
+		r.Device = ss[0].id.DeviceContext().Device().Name()
 		for _, s := range ss {
 			s.id.Disconnect()
 		}

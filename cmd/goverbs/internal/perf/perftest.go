@@ -462,7 +462,7 @@ func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSes
 	}
 	// perftest counts receiver credits only over iWARP, which has no RNR
 	// retry; over IB and RoCE a sender that finds no receive waits.
-	p.credit = c.Test == "send_bw" && id.Context().Device().TransportType() == verbs.TransportIWARP
+	p.credit = c.Test == "send_bw" && id.DeviceContext().Device().TransportType() == verbs.TransportIWARP
 	if err := p.prefix(ctx, ln, addr); err != nil {
 		p.close()
 		return nil, err
@@ -486,7 +486,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Device = p.comm.id.Context().Device().Name()
+	r.Device = p.comm.id.DeviceContext().Device().Name()
 	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {
 		q.id.Disconnect()
