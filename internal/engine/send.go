@@ -402,15 +402,17 @@ func (q *QP) postRun(wrs []verbs.SendWR) (int, bool) {
 		if op == verbs.WRRDMARead {
 			rneed = verbs.AccessRemoteRead
 		}
-		if q.lanes != nil && (wr.RKey != lkey || lneed&rneed == 0) {
+		onLane := wr.RKey == lkey && lneed&rneed != 0
+		if !onLane && q.lanes != nil {
 			called = true
 			if lane = q.lanes.OpenLane(wr.RKey, rneed); lane != nil {
 				lkey, lneed, lbase, lmax, lmem = lane.RKey, lane.Need, lane.Base, uint64(lane.Max), lane.Mem
+				onLane = true // OpenLane's lane allows rneed
 			} else {
 				lneed = 0
 			}
 		}
-		if roff := wr.RemoteAddr - lbase; wr.RKey == lkey && lneed&rneed != 0 && n <= lmax && roff <= uint64(len(lmem)) && n <= uint64(len(lmem))-roff {
+		if roff := wr.RemoteAddr - lbase; onLane && n <= lmax && roff <= uint64(len(lmem)) && n <= uint64(len(lmem))-roff {
 			if lane.Hook != nil {
 				lane.Hook()
 			}

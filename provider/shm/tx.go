@@ -40,7 +40,8 @@ type sender struct {
 
 	// Counters for tests: requests done directly, requests sent through the
 	// peer, SENDs by reference, SENDs SendDirect put in the ring (also in
-	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect).
+	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect;
+	// with those the engine carried out on the lane, added at DirectEnd).
 	nDirect, nRing, nRef, nPosted, nPostedOneSided uint64
 }
 
