@@ -83,6 +83,10 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 func (q *QP) setTransport(t Transport) {
 	q.t = t
 	q.direct, _ = t.(DirectSender)
+	q.lanes, _ = t.(LaneSender)
+	if q.direct == nil {
+		q.lanes = nil // a lane's window is a DirectSender's
+	}
 	q.batch, _ = t.(Batcher)
 }
 

@@ -28,6 +28,7 @@ type QP struct {
 	deny   atomic.Uint32 // opcodes (as 1<<op) the connected peer cannot execute
 	t      Transport
 	direct DirectSender // t, when it has the direct path
+	lanes  LaneSender   // t, when it lends lanes (and is a DirectSender)
 	batch  Batcher      // t, when it gathers queued requests into one write
 	cm     bool         // connected by a connection manager, not by Modify
 	prog   atomic.Pointer[progress]

@@ -95,6 +95,41 @@ type DirectSender interface {
 	DirectDone()
 }
 
+// LaneSender is a DirectSender that lends PostSend its access to a peer's
+// region for the rest of a window, so that the requests of a list that
+// fall in it are carried out by the engine itself: bounds checked and
+// data copied in line, with no call into the transport per request (a
+// OneSided call and its checks were half of the instructions of an
+// 8-byte WRITE posted in a list).
+//
+// OpenLane opens the window if it is not open (as OneSided does; DirectEnd
+// closes it) and returns the lane of the region rkey allowing the remote
+// access need (AccessRemoteWrite or AccessRemoteRead), checked as
+// OneSided would check a request on it but for the request's bounds; nil
+// when such requests must go through OneSided (which then decides how
+// each goes). The lane stays valid, and the transport does not change it
+// but through OpenLane, until DirectEnd or any other call into the
+// transport; it is the transport's memory (no allocation per window).
+// Before each request carried out on it, PostSend calls Hook if it is set
+// and counts the request in N, which the transport adds to its own counts
+// at DirectEnd.
+type LaneSender interface {
+	OpenLane(rkey uint32, need verbs.AccessFlags) *Lane
+}
+
+// Lane is a peer's region as LaneSender lends it: the remote addresses
+// [Base, Base+len(Mem)) of the region RKey are Mem, mapped here, for the
+// remote accesses in Need, by requests of at most Max bytes.
+type Lane struct {
+	RKey uint32
+	Need verbs.AccessFlags
+	Max  uint32
+	Base uint64
+	Mem  []byte
+	N    uint64
+	Hook func()
+}
+
 // Batcher is a Transport that writes requests queued one behind another
 // together: one system call for several, as a doorbell rung once for a
 // list. Send learns from WQE.More that the engine has another request ready
