@@ -17,7 +17,8 @@
 #
 # GOVERBS_BASE=/path/to/goverbs adds an older build measured in the same
 # rounds (rows "base DEV"); POST_LIST=N adds write_bw -l N on shm0 (see
-# bench/README.md).
+# bench/README.md); SEND_BW=1 adds send_bw on shm0 (rows "shm0-send",
+# against UCX's tag_bw, the "UCX posix" row).
 #
 # at 8 B, 4 KiB, 64 KiB and 1 MiB. The machine's speed drifts from minute to
 # minute (../shared/bench/README.md), so the measurements are interleaved:
@@ -59,6 +60,10 @@ GOVERBS_BASE=${GOVERBS_BASE:-}
 # write_bw on shm0 posting lists of N requests (perftest's post_list, -l),
 # with its own ratios.
 POST_LIST=${POST_LIST:-}
+# SEND_BW, when set, adds a streaming row "goverbs shm0-send": send_bw on
+# shm0 (SEND/RECV, one request per PostSend; at most 8192 iterations, as
+# send_bw posts every receive before the run), with its own ratios.
+SEND_BW=${SEND_BW:-}
 SHARED_BENCH=${SHARED_BENCH:-../shared/bench}
 # EVENTS=0 leaves out the blocking-latency table (goverbs perf -e, UCX -E
 # sleep, the kernel sockets' ping-pong).
@@ -216,7 +221,15 @@ for r in $(seq "$ROUNDS"); do
 				rec "$r" bw "$S" "$(label "$who") $dev" "$("$(bin "$who")" perf write_bw -d "$dev" -s "$S" -n "$B" $warm -json | jsonval bw_avg_mb_s)"
 			done
 			if [ -n "$POST_LIST" ] && [ "$dev" = shm0 ]; then
-				rec "$r" bw "$S" "goverbs shm0-l$POST_LIST" "$("$BIN/goverbs" perf write_bw -d shm0 -s "$S" -n "$B" -w "$BW_WARM" -l "$POST_LIST" -json | jsonval bw_avg_mb_s)"
+				for who in $(builds "$r"); do
+					warm="-w $BW_WARM"; [ "$who" = base ] && warm=""
+					rec "$r" bw "$S" "$(label "$who") shm0-l$POST_LIST" "$("$(bin "$who")" perf write_bw -d shm0 -s "$S" -n "$B" $warm -l "$POST_LIST" -json | jsonval bw_avg_mb_s)"
+				done
+			fi
+			if [ -n "$SEND_BW" ] && [ "$dev" = shm0 ]; then
+				for who in $(builds "$r"); do
+					rec "$r" bw "$S" "$(label "$who") shm0-send" "$("$(bin "$who")" perf send_bw -d shm0 -s "$S" -n "$(( B < 8192 ? B : 8192 ))" -json | jsonval bw_avg_mb_s)"
+				done
 			fi
 		done
 		rec "$r" bw "$S" "UCX tcp" "$(ucx tcp tag_bw "$S" "$B" | cut -d' ' -f3)"
@@ -238,6 +251,7 @@ table() { # metric title unit better
 	echo "$2 [$3], median of $ROUNDS rounds; ratio = goverbs / peer ($4)"
 	devs="$GOVERBS_DEVS"
 	[ -n "$POST_LIST" ] && [ "$1" = bw ] && devs="$devs shm0-l$POST_LIST"
+	[ -n "$SEND_BW" ] && [ "$1" = bw ] && devs="$devs shm0-send"
 	case $1 in elat*) devs=$(for d in $GOVERBS_DEVS; do printf '%s-e ' "$d"; done) ;; esac
 	awk -F'\t' -v m="$1" -v devs="$devs" '
 		$1==m {v[$2"\t"$3]=$4; if (!($3 in seen)) {seen[$3]=1; tools[++nt]=$3}; if (!($2 in ss)) {ss[$2]=1; sizes[++ns]=$2}}

@@ -41,9 +41,8 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/internal/ib"
-	"github.com/goverbs/goverbs/provider/iwarp"
-	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -91,8 +90,8 @@ func Start(path string, o Options) (*Recorder, error) {
 		return nil, ErrActive
 	}
 	engine.SetCaptureHook(r.op)
-	roce.SetCapture(r.datagram)
-	iwarp.SetCapture(r.stream)
+	hook.RoCECapture.Set(r.datagram, false)
+	hook.IWARPCapture.Set(r.stream, false)
 	return r, nil
 }
 
@@ -109,8 +108,8 @@ func (r *Recorder) Stop() error {
 	r.stopped = true
 	r.mu.Unlock()
 	engine.SetCaptureHook(nil)
-	roce.SetCapture(nil)
-	iwarp.SetCapture(nil)
+	hook.RoCECapture.Set(nil, true)
+	hook.IWARPCapture.Set(nil, true)
 	active.CompareAndSwap(r, nil)
 	r.mu.Lock()
 	defer r.mu.Unlock()

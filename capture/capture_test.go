@@ -11,7 +11,7 @@ import (
 
 	"github.com/goverbs/goverbs/capture"
 	"github.com/goverbs/goverbs/internal/conformance"
-	"github.com/goverbs/goverbs/internal/testpair"
+	"github.com/goverbs/goverbs/internal/rdmacmtest"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -20,7 +20,7 @@ import (
 // of three packets, an RDMA WRITE of two, a READ of two, a fetch-and-add
 // (unless the connection has no atomics: iWARP without goverbs'
 // extensions); it reports whether the atomic ran.
-func traffic(t *testing.T, a, b *testpair.End) bool {
+func traffic(t *testing.T, a, b *rdmacmtest.End) bool {
 	t.Helper()
 	big := make([]byte, 3*4096)
 	mr, err := a.QP.PD().RegMR(big, verbs.AccessLocalWrite)
@@ -75,12 +75,12 @@ func tsharkPath(t *testing.T) string {
 // malformed one, every operation present.
 func TestTsharkDecodesEveryProvider(t *testing.T) {
 	tshark := tsharkPath(t)
-	for _, tr := range testpair.Transports {
+	for _, tr := range rdmacmtest.Transports {
 		if tr == "iwarp" {
 			continue // its TCP stream: TestTsharkDecodesIWARPStream
 		}
 		t.Run(tr, func(t *testing.T) {
-			a, b := testpair.Connect(t, tr, 7)
+			a, b := rdmacmtest.Connect(t, tr, 7)
 			file := filepath.Join(t.TempDir(), tr+".pcapng")
 			var o capture.Options
 			if tr == "roce" {
@@ -198,9 +198,9 @@ func TestTsharkDecodesIWARPStream(t *testing.T) {
 
 // iwarpPair connects two RC QPs of iwarp0 through iwarp.Listen and Dial,
 // asking for MPA CRC or not.
-func iwarpPair(t *testing.T, crc bool) (a, b *testpair.End, ca, cb *iwarp.Conn) {
+func iwarpPair(t *testing.T, crc bool) (a, b *rdmacmtest.End, ca, cb *iwarp.Conn) {
 	t.Helper()
-	var ends [2]*testpair.End
+	var ends [2]*rdmacmtest.End
 	for i := range ends {
 		ctx, err := verbs.OpenDevice(iwarp.DeviceName)
 		if err != nil {
@@ -211,10 +211,10 @@ func iwarpPair(t *testing.T, crc bool) (a, b *testpair.End, ca, cb *iwarp.Conn) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := &testpair.End{Ctx: ctx}
+		e := &rdmacmtest.End{Ctx: ctx}
 		e.SCQ, _ = ctx.CreateCQ(32, nil)
 		e.RCQ, _ = ctx.CreateCQ(32, nil)
-		if e.QP, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: e.SCQ, RecvCQ: e.RCQ, Cap: testpair.Cap}); err != nil {
+		if e.QP, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTRC, SendCQ: e.SCQ, RecvCQ: e.RCQ, Cap: rdmacmtest.Cap}); err != nil {
 			t.Fatal(err)
 		}
 		ends[i] = e

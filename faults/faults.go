@@ -61,7 +61,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/engine"
-	"github.com/goverbs/goverbs/provider/roce"
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -219,7 +219,8 @@ func Inject(plan Plan) (*Injector, error) {
 		cm.SetRefuseHook(in.refuse)
 	}
 	if wire {
-		in.restore = roce.SetWireFaults(in.datagram)
+		old := hook.RoCEWire.Set(in.datagram, false)
+		in.restore = func() { hook.RoCEWire.Set(old, old == nil) }
 	}
 	return in, nil
 }
@@ -245,10 +246,12 @@ func (r *Rule) check() error {
 }
 
 // Stop turns the plan off; requests already held back by a delay go out
-// when it ends.
-func (in *Injector) Stop() {
+// when it ends. It returns an error as capture.Recorder's Stop does, so
+// that the two are stopped alike; turning a plan off cannot fail, and a
+// second Stop does nothing, so it is always nil.
+func (in *Injector) Stop() error {
 	if !in.stopped.CompareAndSwap(false, true) {
-		return
+		return nil
 	}
 	engine.SetFaultHook(nil)
 	engine.SetRecvFaultHook(nil)
@@ -257,6 +260,7 @@ func (in *Injector) Stop() {
 		in.restore()
 	}
 	active.CompareAndSwap(in, nil)
+	return nil
 }
 
 // Fired returns the faults that fired, those of send requests first, by
@@ -385,7 +389,7 @@ func (in *Injector) refuse() bool {
 }
 
 // datagram is the RoCE devices' wire hook.
-func (in *Injector) datagram([]byte) roce.FaultKind {
+func (in *Injector) datagram([]byte) hook.WireFault {
 	n := in.grams.Add(1)
 	for i, r := range in.plan.Rules {
 		if !r.Action.onWire() || !in.hit(i, 1, n) {
@@ -394,14 +398,14 @@ func (in *Injector) datagram([]byte) roce.FaultKind {
 		in.record(Fired{Rule: i, Action: r.Action, Seq: n})
 		switch r.Action {
 		case WireDrop:
-			return roce.FaultDrop
+			return hook.WireDrop
 		case WireDup:
-			return roce.FaultDup
+			return hook.WireDup
 		default:
-			return roce.FaultHold
+			return hook.WireHold
 		}
 	}
-	return roce.FaultPass
+	return hook.WirePass
 }
 
 // mix hashes its arguments (splitmix64 steps).

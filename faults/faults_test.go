@@ -14,7 +14,7 @@ import (
 	"github.com/goverbs/goverbs/faults"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
-	"github.com/goverbs/goverbs/internal/testpair"
+	"github.com/goverbs/goverbs/internal/rdmacmtest"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -41,7 +41,7 @@ func inject(t *testing.T, p faults.Plan) *faults.Injector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.Stop)
+	t.Cleanup(func() { in.Stop() })
 	return in
 }
 
@@ -49,10 +49,10 @@ func inject(t *testing.T, p faults.Plan) *faults.Injector {
 // requests before it succeed, the ones after it are flushed, and the QP
 // is in ERR.
 func TestFailCompletesWithStatusThenFlushes(t *testing.T) {
-	for _, tr := range testpair.Transports {
+	for _, tr := range rdmacmtest.Transports {
 		t.Run(tr, func(t *testing.T) {
 			leakcheck.Check(t)
-			a, b := testpair.Connect(t, tr, 1)
+			a, b := rdmacmtest.Connect(t, tr, 1)
 			in := inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.Fail, Status: verbs.WCRetryExcErr,
 				Device: a.Ctx.Device().Name(), QPNum: a.QP.Num(), Opcodes: []verbs.WROpcode{verbs.WRRDMAWrite}, Nth: 3}}})
 			for i := range 5 {
@@ -78,10 +78,10 @@ func TestFailCompletesWithStatusThenFlushes(t *testing.T) {
 // A killed QP raises EventQPFatal, flushes the request and everything
 // after it, and (over a connection) the peer sees the connection end.
 func TestKillQP(t *testing.T) {
-	for _, tr := range testpair.Transports {
+	for _, tr := range rdmacmtest.Transports {
 		t.Run(tr, func(t *testing.T) {
 			leakcheck.Check(t)
-			a, b := testpair.Connect(t, tr, 1)
+			a, b := rdmacmtest.Connect(t, tr, 1)
 			inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.KillQP, QPNum: a.QP.Num(), Device: a.Ctx.Device().Name(), Nth: 2}}})
 			for i := range 3 {
 				if err := a.QP.PostSend([]verbs.SendWR{a.Write(uint64(i+1), b, i*8)}); err != nil && !errors.Is(err, verbs.ErrInvalidState) {
@@ -132,9 +132,9 @@ func TestKillQP(t *testing.T) {
 // A delayed request holds back those posted after it: they complete
 // later, all of them, in order.
 func TestDelayKeepsOrder(t *testing.T) {
-	for _, tr := range testpair.Transports {
+	for _, tr := range rdmacmtest.Transports {
 		t.Run(tr, func(t *testing.T) {
-			a, b := testpair.Connect(t, tr, 1)
+			a, b := rdmacmtest.Connect(t, tr, 1)
 			inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.Delay, Delay: time.Second, QPNum: a.QP.Num(), Device: a.Ctx.Device().Name(), Nth: 1}}})
 			for i := range 3 {
 				if err := a.QP.PostSend([]verbs.SendWR{a.Write(uint64(i+1), b, i*8)}); err != nil {
@@ -165,7 +165,7 @@ func TestRefuseConnect(t *testing.T) {
 	defer ln.Close()
 	go func() {
 		if req, err := ln.GetRequest(ctx); err == nil {
-			req.CreateQP(nil, verbs.QPInitAttr{Cap: testpair.Cap})
+			req.CreateQP(nil, verbs.QPInitAttr{Cap: rdmacmtest.Cap})
 			req.Accept(ctx, nil)
 			defer req.Close()
 			<-ctx.Done()
@@ -187,7 +187,7 @@ func TestRefuseConnect(t *testing.T) {
 // Datagrams dropped, duplicated and reordered on a RoCE wire: every
 // message still arrives once and in order.
 func TestWireFaultsRoCE(t *testing.T) {
-	a, b := testpair.Connect(t, "roce", 7)
+	a, b := rdmacmtest.Connect(t, "roce", 7)
 	in := inject(t, faults.Plan{Seed: 3, Rules: []faults.Rule{{Action: faults.WireDrop, Fraction: 0.05},
 		{Action: faults.WireDup, Fraction: 0.03}, {Action: faults.WireReorder, Fraction: 0.03}}})
 	const n = 200
@@ -290,7 +290,7 @@ func child(t *testing.T) {
 	defer in.Stop()
 	for _, tr := range []string{"loop", "shm"} {
 		for range 4 {
-			a, b := testpair.Connect(t, tr, 1)
+			a, b := rdmacmtest.Connect(t, tr, 1)
 			for i := range 16 {
 				if err := a.QP.PostSend([]verbs.SendWR{a.Write(uint64(i+1), b, i*8)}); err != nil {
 					break
@@ -311,7 +311,7 @@ func child(t *testing.T) {
 // iWARP the peer sees the connection end.
 func TestDisconnect(t *testing.T) {
 	leakcheck.Check(t)
-	a, b := testpair.Connect(t, "iwarp", 1)
+	a, b := rdmacmtest.Connect(t, "iwarp", 1)
 	inject(t, faults.Plan{Rules: []faults.Rule{{Action: faults.Disconnect, QPNum: a.QP.Num(), Device: a.Ctx.Device().Name(), Nth: 1}}})
 	if err := a.QP.PostSend([]verbs.SendWR{a.Write(1, b, 0)}); err != nil {
 		t.Fatal(err)
@@ -343,7 +343,7 @@ func TestDisconnect(t *testing.T) {
 func TestFailRecvIsARealReceiveError(t *testing.T) {
 	type result struct{ send, recv []verbs.WCStatus }
 	run := func(t *testing.T, tr string, st verbs.WCStatus, inj bool) result {
-		a, b := testpair.Connect(t, tr, 1)
+		a, b := rdmacmtest.Connect(t, tr, 1)
 		recvBuf := make([]byte, 3*256)
 		access := verbs.AccessLocalWrite
 		if !inj && st == verbs.WCLocProtErr {
@@ -393,7 +393,7 @@ func TestFailRecvIsARealReceiveError(t *testing.T) {
 		conformance.WaitState(t, a.QP, verbs.QPSErr)
 		return r
 	}
-	for _, tr := range testpair.Transports {
+	for _, tr := range rdmacmtest.Transports {
 		for _, st := range []verbs.WCStatus{verbs.WCLocLenErr, verbs.WCLocProtErr} {
 			t.Run(tr+"/"+st.Name(), func(t *testing.T) {
 				leakcheck.Check(t)

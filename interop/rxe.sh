@@ -75,11 +75,11 @@ host_rc() { for i in $(seq 300); do grep -q '^rc=' /tmp/rxe-srv.log 2>/dev/null 
 
 for S in $SIZES; do
 	guest_bg "rping -s -a $GUEST -p 7174 -C $COUNT -V -S $S" 7174
-	"$LAB" host "$BIN/goverbs ping -c -a roce://$GUEST -p 7174 -C $COUNT -V -S $S -t 30s" >/tmp/rxe-host.log 2>&1
+	"$LAB" host "$BIN/goverbs ping -c -a roce://$GUEST -p 7174 -C $COUNT -V -S $S --timeout 30s" >/tmp/rxe-host.log 2>&1
 	rc=$?; guest_rc || rc=1
 	result "goverbs ping -c roce://  ->  rping -s (rxe)   -S $S -C $COUNT -V" $rc
 
-	host_bg "$BIN/goverbs ping -s -d -a roce://$HOST -p 7174 -S $S -V -t 60s" "listening"
+	host_bg "$BIN/goverbs ping -s -d -a roce://$HOST -p 7174 -S $S -V --timeout 60s" "listening"
 	"$LAB" exec "timeout 120 rping -c -a $HOST -p 7174 -C $COUNT -V -S $S" >/tmp/rxe-host.log 2>&1
 	rc=$?; host_rc || rc=1
 	result "rping -c (rxe)  ->  goverbs ping -s roce://   -S $S -C $COUNT -V" $rc

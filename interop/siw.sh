@@ -68,11 +68,11 @@ host_rc() { for i in $(seq 100); do grep -q '^rc=' "$1" 2>/dev/null && break; sl
 for S in $SIZES; do
 	# goverbs ping client -> rping server (siw)
 	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S" 7174
-	"$LAB" host "$BIN/goverbs ping -c -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S -t 30s $flags" >/tmp/interop.out 2>&1
+	"$LAB" host "$BIN/goverbs ping -c -a 10.77.0.2 -p 7174 -C $COUNT -V -S $S --timeout 30s $flags" >/tmp/interop.out 2>&1
 	rc=$?; guest_rc || rc=1
 	result "goverbs ping -c  ->  rping -s (siw)   -S $S -C $COUNT -V" $rc
 	# rping client (siw) -> goverbs ping server
-	host_bg "$BIN/goverbs ping -s -a 10.77.0.1 -p 7174 -S $S -t 30s $flags" /tmp/gping.log 7174
+	host_bg "$BIN/goverbs ping -s -a 10.77.0.1 -p 7174 -S $S --timeout 30s $flags" /tmp/gping.log 7174
 	"$LAB" exec "timeout 120 rping -c -a 10.77.0.1 -p 7174 -C $COUNT -V -S $S" >/tmp/interop.out 2>&1
 	rc=$?; host_rc /tmp/gping.log || rc=1
 	result "rping -c (siw)  ->  goverbs ping -s   -S $S -C $COUNT -V" $rc
@@ -93,7 +93,7 @@ result "rdma_client (siw)  ->  goverbs rdma_server" $rc
 if command -v tcpdump >/dev/null && command -v tshark >/dev/null; then
 	guest_bg "rping -s -a 10.77.0.2 -p 7174 -C 5 -V -S 1000" 7174
 	"$LAB" host "rm -f /tmp/wire.pcap /tmp/gv.pcapng; (timeout 60 tcpdump -i vmtap0 -s 0 -U -w /tmp/wire.pcap tcp port 7174 >/dev/null 2>&1 &) ; sleep 1
-		$BIN/goverbs --capture /tmp/gv.pcapng ping -c -a 10.77.0.2 -p 7174 -C 5 -V -S 1000 -t 30s $flags; rc=\$?; sleep 1; pkill -x tcpdump; sleep 0.5; exit \$rc" >/tmp/interop.out 2>&1
+		$BIN/goverbs --capture /tmp/gv.pcapng ping -c -a 10.77.0.2 -p 7174 -C 5 -V -S 1000 --timeout 30s $flags; rc=\$?; sleep 1; pkill -x tcpdump; sleep 0.5; exit \$rc" >/tmp/interop.out 2>&1
 	rc=$?; guest_rc || rc=1
 	stream() { tshark -r "$1" -q -z follow,tcp,raw,0 2>/dev/null | sed -n '7,$p' | grep -v '^=*$'; }
 	if [ $rc = 0 ]; then

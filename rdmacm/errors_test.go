@@ -14,6 +14,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
@@ -33,8 +34,12 @@ func TestRefusedWrapsECONNREFUSED(t *testing.T) {
 	for name, addr := range addrs {
 		_, err := rdmacm.DialFrom(timeout(t), src[name], addr, nil, nil)
 		var rej *rdmacm.RejectedError
-		if !errors.Is(err, rdmacm.ErrRejected) || !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &rej) || rej.Err != syscall.ECONNREFUSED {
+		if !errors.Is(err, rdmacm.ErrRejected) || !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &rej) || !errors.Is(rej.Err, syscall.ECONNREFUSED) {
 			t.Errorf("%s: Dial(%q): %v, want a rejection wrapping ECONNREFUSED", name, addr, err)
+		}
+		// A unix path with no socket is ENOENT too, as connect(2) says.
+		if name == "unix" && !errors.Is(err, syscall.ENOENT) {
+			t.Errorf("%s: Dial(%q): %v, want ENOENT too", name, addr, err)
 		}
 	}
 }
@@ -43,12 +48,12 @@ func TestRefusedWrapsECONNREFUSED(t *testing.T) {
 // refuses it with a rejection that wraps EACCES.
 func TestPeerCheckRefusalWrapsEACCES(t *testing.T) {
 	leakcheck.Check(t)
-	ln, err := rdmacm.CreateID(fmt.Sprintf("unix:@goverbs-rdmacm-eacces-%d", os.Getpid()))
+	ln, err := rdmacm.NewID(fmt.Sprintf("unix:@goverbs-rdmacm-eacces-%d", os.Getpid()),
+		rdmacm.IDOptions{Unix: &shm.Config{AllowPeer: func(shm.PeerCred) bool { return false }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ln.SetProviderConfig(&shm.Config{AllowPeer: func(shm.PeerCred) bool { return false }})
 	if err := ln.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,18 +130,20 @@ func TestDialLimitAndLongerDeadline(t *testing.T) {
 	leakcheck.Check(t)
 	for _, c := range []struct {
 		name, addr string
-		cfg        any
+		o          rdmacm.IDOptions
 	}{
-		{"tcp", silentTCP(t), &iwarp.Config{ConnectTimeout: 50 * time.Millisecond}},
-		{"unix", silentUnix(t), &shm.Config{DialTimeout: 50 * time.Millisecond}},
+		{"tcp", silentTCP(t), rdmacm.IDOptions{TCP: &iwarp.Config{ConnectTimeout: 50 * time.Millisecond}}},
+		{"unix", silentUnix(t), rdmacm.IDOptions{Unix: &shm.Config{DialTimeout: 50 * time.Millisecond}}},
+		// A loopback address no device serves: nothing answers the REQs.
+		{"roce", fmt.Sprintf("roce://%v:7000", roceAddr(40)),
+			rdmacm.IDOptions{Source: transports[2].src, RoCE: &roce.Config{ConnectTimeout: 50 * time.Millisecond}}},
 	} {
 		dial := func(ctx context.Context) error {
-			id, err := rdmacm.CreateID(c.addr)
+			id, err := rdmacm.NewID(c.addr, c.o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer id.Close()
-			id.SetProviderConfig(c.cfg)
 			if err := id.CreateQP(nil, verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 				t.Fatal(err)
 			}

@@ -21,8 +21,8 @@ const (
 	EventEstablished
 	EventDisconnected
 	EventDeviceRemoval
-	EventMulticastJoin
-	EventMulticastError
+	_ // RDMA_CM_EVENT_MULTICAST_JOIN: goverbs has no multicast (rdma_join_multicast) yet
+	_ // RDMA_CM_EVENT_MULTICAST_ERROR
 	EventAddrChange
 	EventTimewaitExit
 )

@@ -90,5 +90,46 @@ func ExampleID_LocalAddr() {
 	// Output:
 	// true
 	// true true
-	// verbs: invalid argument: address "unix:" is empty
+	// rdmacm: invalid argument: address "unix:" is empty
+}
+
+// One event channel serves a listener and every connection it accepts:
+// a server loop reads the channel (or waits for its Fd in epoll) instead
+// of one goroutine per identifier.
+func ExampleNewEventChannel() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, _ := rdmacm.NewEventChannel()
+	defer ch.Close()
+	ln, _ := rdmacm.CreateID("127.0.0.1:0")
+	ln.Migrate(ch)
+	ln.Listen()
+	defer ln.Close()
+
+	go func() {
+		c, err := rdmacm.Dial(ctx, ln.LocalAddr().String(), nil, nil)
+		if err == nil {
+			c.Close()
+		}
+	}()
+	for {
+		ev, err := ch.GetEvent(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(ev.Type)
+		switch ev.Type {
+		case rdmacm.EventConnectRequest:
+			ev.ID.CreateQP(nil, verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			ev.ID.Accept(ctx, nil)
+		case rdmacm.EventDisconnected:
+			ev.ID.Close()
+			return
+		}
+	}
+	// Output:
+	// RDMA_CM_EVENT_CONNECT_REQUEST
+	// RDMA_CM_EVENT_ESTABLISHED
+	// RDMA_CM_EVENT_DISCONNECTED
 }

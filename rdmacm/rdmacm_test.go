@@ -243,7 +243,7 @@ func TestGetRecvCompNeedsSeparateCQs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer id.Close()
-	cq, err := id.Context().CreateCQ(8, nil)
+	cq, err := id.DeviceContext().CreateCQ(8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,9 @@ import (
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/udqp"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/provider/roce"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -26,20 +29,35 @@ const (
 )
 
 // UDPQKey is the Q_Key of the UDP port space's QPs (RDMA_UDP_QKEY).
-const UDPQKey = cm.UDPQKey
+const UDPQKey = 0x01234567
+
+// The literal above shows in go doc; the CM's must be the same.
+var _ = [1]struct{}{}[UDPQKey-cm.UDPQKey]
 
 // maxUDPrivateData bounds what rdmacm passes on for UD; the provider holds
 // its own, smaller limits.
 const maxUDPrivateData = 256
 
 // IDOptions shape an identifier (rdma_create_id's port space,
-// rdma_resolve_addr's source address).
+// rdma_resolve_addr's source address, and what rdma_set_option sets of a
+// provider's). The zero value is CreateID's identifier.
 type IDOptions struct {
 	// Source is the local address connections leave from ("": the
 	// route's; see CreateIDFrom).
 	Source string
 	// PortSpace is the identifier's port space (default PortSpaceTCP).
 	PortSpace PortSpace
+	// TCP configures the iWARP provider for a host:port or tcp://
+	// address: its Listen, or its Connect (nil: the provider's
+	// defaults). Requests a listener yields are accepted with the
+	// listener's.
+	TCP *iwarp.Config
+	// Unix configures the shared-memory provider for a unix: address, as
+	// TCP does iWARP.
+	Unix *shm.Config
+	// RoCE configures the RoCE provider for a roce:// address, as TCP
+	// does iWARP.
+	RoCE *roce.Config
 }
 
 // NewID creates an identifier for addr with options (CreateID is NewID
@@ -54,13 +72,27 @@ func NewID(addr string, o IDOptions) (*ID, error) {
 	case PortSpaceUDP:
 		if _, ok := id.tr.(cm.UDResolver); !ok {
 			id.Close()
-			return nil, fmt.Errorf("%w: the UDP port space over %s", verbs.ErrNotSupported, id.tr.Name())
+			return nil, fmt.Errorf("%w: the UDP port space over %s", errNotSupported, id.tr.Name())
 		}
 	default:
 		id.Close()
-		return nil, fmt.Errorf("%w: port space %d", verbs.ErrInvalid, o.PortSpace)
+		return nil, fmt.Errorf("%w: port space %d", errInvalid, o.PortSpace)
 	}
 	id.ps = o.PortSpace
+	switch id.tr.Name() {
+	case "tcp":
+		if o.TCP != nil {
+			id.pcfg = o.TCP
+		}
+	case "unix":
+		if o.Unix != nil {
+			id.pcfg = o.Unix
+		}
+	case "roce":
+		if o.RoCE != nil {
+			id.pcfg = o.RoCE
+		}
+	}
 	return id, nil
 }
 
@@ -96,6 +128,7 @@ func (id *ID) resolveUD(ctx context.Context, qp *verbs.QP, p *ConnParam) error {
 	cp.Config = id.providerConfig()
 	peer, err := id.tr.(cm.UDResolver).ResolveUD(ctx, id.addr, qp, cp)
 	if err != nil {
+		err = public(err)
 		var rej *RejectedError
 		switch {
 		case errors.As(err, &rej):

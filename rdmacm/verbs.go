@@ -60,7 +60,7 @@ func (id *ID) livePD() (*verbs.PD, error) {
 // registered, rdma_post_recv(3) and rdma_post_send(3) say).
 func sgeOf(buf []byte, mr *verbs.MR) (verbs.SGE, error) {
 	if mr == nil {
-		return verbs.SGE{}, fmt.Errorf("%w: buffer is not registered (nil memory region)", verbs.ErrInvalid)
+		return verbs.SGE{}, fmt.Errorf("%w: buffer is not registered (nil memory region)", errInvalid)
 	}
 	return mr.SGEOf(buf)
 }
@@ -72,7 +72,7 @@ func (id *ID) liveQP() (*verbs.QP, error) {
 		return nil, ErrClosed
 	}
 	if id.qp == nil {
-		return nil, fmt.Errorf("%w: no QP is associated with the identifier", verbs.ErrInvalidState)
+		return nil, fmt.Errorf("%w: no QP is associated with the identifier", errInvalidState)
 	}
 	return id.qp, nil
 }
@@ -275,10 +275,10 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 		return verbs.WC{}, ErrClosed
 	}
 	if cq == nil {
-		return verbs.WC{}, fmt.Errorf("%w: the identifier has no CQs", verbs.ErrInvalidState)
+		return verbs.WC{}, fmt.Errorf("%w: the identifier has no CQs", errInvalidState)
 	}
 	if shared {
-		return verbs.WC{}, fmt.Errorf("%w: the identifier's send and receive CQs are the same CQ", verbs.ErrInvalid)
+		return verbs.WC{}, fmt.Errorf("%w: the identifier's send and receive CQs are the same CQ", errInvalid)
 	}
 	wc, err := waitComp(ctx, id.done, cq, ch)
 	if err != nil {

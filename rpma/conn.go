@@ -88,6 +88,7 @@ type Conn struct {
 	ch       *verbs.CompChannel
 	srq      *SRQ
 	rejectPD []byte
+	connErr  error // why an active connect failed (ConnectError)
 
 	raw *verbs.MR // 8 bytes, the sink of read-after-write flushes
 
@@ -122,7 +123,7 @@ func newConn(r *ConnReq) (*Conn, error) {
 		return nil, provider("ibv_reg_mr", err)
 	}
 	c.remote.Store(NewPeerCfg())
-	if !r.cfg.extensions && isRoCE(r.peer.ctx) {
+	if !r.cfg.Extensions() && isRoCE(r.peer.ctx) {
 		// Nothing on an IB wire negotiates FLUSH and ATOMIC_WRITE (IBA
 		// 1.5), and a peer without them ends the connection on the first
 		// one: with the extensions off, use librpma's fallbacks from the
@@ -230,6 +231,14 @@ func (c *Conn) PrivateData() []byte {
 	}
 	return c.id.PrivateData()
 }
+
+// ConnectError returns why the connection was not made, on the active
+// side, or nil: a *rdmacm.RejectedError when the server rejected it, or
+// when nobody listens (errors.Is syscall.ECONNREFUSED), or an error
+// wrapping rdmacm.ErrUnreachable when the server did not answer. librpma
+// reports all of these as the event ConnRejected or ConnUnreachable
+// alone; this tells a refused connection from a rejected one.
+func (c *Conn) ConnectError() error { return c.connErr }
 
 // ApplyRemotePeerCfg records the remote peer's configuration
 // (rpma_conn_apply_remote_peer_cfg), usually received as a descriptor:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
+	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/rpma"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -28,7 +29,7 @@ func TestDescriptorsLayout(t *testing.T) {
 		t.Fatalf("descriptor % x", d)
 	}
 	r, err := rpma.RemoteMRFromDescriptor(d)
-	if err != nil || r.Size() != 300 || r.Usage() != rpma.UsageWriteDst|rpma.UsageFlushTypePersistent || r.FlushType() != rpma.UsageFlushTypePersistent {
+	if err != nil || r.Size() != 300 || r.Usage() != rpma.UsageWriteDst|rpma.UsageFlushTypePersistent || !r.SupportsFlush(rpma.FlushPersistent) || r.SupportsFlush(rpma.FlushVisibility) {
 		t.Fatalf("remote %v, %v", r, err)
 	}
 	for _, bad := range [][]byte{nil, d[:20], append(d[:20:20], 0), append(append([]byte{}, d...), 0)} {
@@ -88,8 +89,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := rpma.NewPeer(nil); !errors.Is(err, rpma.ErrInval) {
 		t.Error("NewPeer(nil)")
 	}
-	if _, err := rpma.IBVContext(""); !errors.Is(err, rpma.ErrInval) {
-		t.Error("IBVContext(\"\")")
+	if _, err := rpma.DeviceContext(""); !errors.Is(err, rpma.ErrInval) {
+		t.Error("DeviceContext(\"\")")
 	}
 	var nilPeer *rpma.Peer
 	if _, err := nilPeer.RegMR(make([]byte, 8), rpma.UsageSend); !errors.Is(err, rpma.ErrInval) {
@@ -185,6 +186,10 @@ func TestRejectedAndUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectEvent(t, conn, rpma.ConnRejected)
+	var rej *rdmacm.RejectedError
+	if err := conn.ConnectError(); !errors.As(err, &rej) || errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("ConnectError of a rejection by the server: %v, want a *rdmacm.RejectedError, not ECONNREFUSED", err)
+	}
 	conn.Delete()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -209,6 +214,9 @@ func TestRejectedAndUnreachable(t *testing.T) {
 	ev, err := conn.NextEvent(ctx)
 	if err != nil || (ev != rpma.ConnUnreachable && ev != rpma.ConnRejected) {
 		t.Fatalf("connecting to a closed port: %v %v", ev, err)
+	}
+	if err := conn.ConnectError(); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("ConnectError of a closed port: %v, want ECONNREFUSED", err)
 	}
 	conn.Delete()
 }

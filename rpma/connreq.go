@@ -57,8 +57,8 @@ func NewConnReq(peer *Peer, addr, port string, cfg *ConnCfg) (*ConnReq, error) {
 func (r *ConnReq) setup() error {
 	cfg := &r.cfg
 	ctx := r.peer.ctx
-	if r.id.Context() != ctx {
-		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
+	if r.id.DeviceContext() != ctx {
+		return wrap(ErrInval, "the peer's device context is not the one that serves connections (use DeviceContext)")
 	}
 	var err error
 	if cfg.shared {
@@ -67,9 +67,9 @@ func (r *ConnReq) setup() error {
 		}
 	}
 	r.srq = cfg.srq
-	cqSize := cfg.cqSize
-	if cfg.rcqSize == 0 && (r.srq == nil || r.srq.rcq == nil) {
-		cqSize = max(cqSize, cfg.sqSize+cfg.rqSize) // receives complete here too
+	cqSize := cfg.CQSize()
+	if cfg.RCQSize() == 0 && (r.srq == nil || r.srq.rcq == nil) {
+		cqSize = max(cqSize, cfg.SQSize()+cfg.RQSize()) // receives complete here too
 	}
 	if r.cq, err = newCQ(ctx, cqSize, r.ch); err != nil {
 		r.free()
@@ -79,15 +79,15 @@ func (r *ConnReq) setup() error {
 	switch {
 	case r.srq != nil && r.srq.rcq != nil:
 		recvCQ = r.srq.rcq
-	case cfg.rcqSize > 0:
-		if r.rcq, err = newCQ(ctx, cfg.rcqSize, r.ch); err != nil {
+	case cfg.RCQSize() > 0:
+		if r.rcq, err = newCQ(ctx, cfg.RCQSize(), r.ch); err != nil {
 			r.free()
 			return err
 		}
 		recvCQ = r.rcq
 	}
 	attr := verbs.QPInitAttr{SendCQ: r.cq.cq, RecvCQ: recvCQ.cq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: max(cfg.sqSize, 1), MaxRecvWR: max(cfg.rqSize, 1), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 8}}
+		Cap: verbs.QPCap{MaxSendWR: max(cfg.SQSize(), 1), MaxRecvWR: max(cfg.RQSize(), 1), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 8}}
 	if r.srq != nil {
 		attr.SRQ = r.srq.srq
 	}
@@ -175,13 +175,13 @@ func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 		r.delete()
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok && !r.passive && r.cfg.timeout > 0 {
+	if _, ok := ctx.Deadline(); !ok && !r.passive && r.cfg.Timeout() > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.cfg.timeout)
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.Timeout())
 		defer cancel()
 	}
 	p := &rdmacm.ConnParam{PrivateData: pdata, ResponderResources: rdmacm.MaxDepth, InitiatorDepth: rdmacm.MaxDepth,
-		RetryCount: 7, RNRRetryCount: 7, Extensions: r.cfg.extensions && !r.passive}
+		RetryCount: 7, RNRRetryCount: 7, Extensions: r.cfg.Extensions() && !r.passive}
 	if r.passive {
 		err = r.id.Accept(ctx, p)
 	} else {
@@ -197,6 +197,7 @@ func (r *ConnReq) Connect(ctx context.Context, pdata []byte) (*Conn, error) {
 		if rej != nil {
 			c.rejectPD = rej.PrivateData
 		}
+		c.connErr = err
 		// The event (REJECTED, UNREACHABLE) is queued for NextEvent.
 	default:
 		c.Delete()

@@ -45,9 +45,9 @@ func (p *Peer) Listen(addr, port string) (*Ep, error) {
 	if err != nil {
 		return nil, provider("rdma_listen", err)
 	}
-	if id.Context() != p.ctx {
+	if id.DeviceContext() != p.ctx {
 		id.Close()
-		return nil, wrap(ErrInval, "the peer's device context is not the one that serves connections (use IBVContext)")
+		return nil, wrap(ErrInval, "the peer's device context is not the one that serves connections (use DeviceContext)")
 	}
 	e := &Ep{peer: p, id: id, reqs: make(chan *rdmacm.ID, 64)}
 	if strings.HasPrefix(addr, "unix:") {

@@ -3,6 +3,10 @@ package rpma
 import (
 	"errors"
 	"fmt"
+	"syscall"
+
+	"github.com/goverbs/goverbs/internal/errfmt"
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // Error is one of librpma's error codes (RPMA_E_*). The package's sentinel
@@ -23,6 +27,36 @@ func (e *Error) Code() int { return e.code }
 
 // Name returns the C constant name, e.g. "RPMA_E_INVAL".
 func (e *Error) Name() string { return e.name }
+
+// Is lets errors.Is match an rpma error with the verbs sentinel and the
+// errno of the same meaning, as verbs' own errors do: ErrInval is
+// verbs.ErrInvalid and syscall.EINVAL, ErrNoSupp verbs.ErrNotSupported,
+// syscall.EOPNOTSUPP and errors.ErrUnsupported, ErrNoMem syscall.ENOMEM,
+// ErrNoCompletion verbs.ErrNoCompletion, ErrAgain syscall.EAGAIN.
+func (e *Error) Is(target error) bool {
+	for _, m := range e.matches() {
+		if target == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Error) matches() []error {
+	switch e {
+	case ErrInval:
+		return []error{verbs.ErrInvalid, syscall.EINVAL}
+	case ErrNoSupp:
+		return []error{verbs.ErrNotSupported, syscall.EOPNOTSUPP, errors.ErrUnsupported}
+	case ErrNoMem:
+		return []error{syscall.ENOMEM}
+	case ErrNoCompletion:
+		return []error{verbs.ErrNoCompletion}
+	case ErrAgain:
+		return []error{syscall.EAGAIN}
+	}
+	return nil
+}
 
 // The errors of librpma, with its codes.
 var (
@@ -74,5 +108,18 @@ func wrap(sentinel *Error, format string, args ...any) error {
 // RPMA_E_PROVIDER, keeping it reachable with errors.Is / errors.As.
 func provider(what string, err error) error {
 	logAt(LogError, what, "err", err)
-	return fmt.Errorf("rpma: %w: %s: %w", ErrProvider, what, err)
+	return &providerError{what, err}
 }
+
+// providerError is RPMA_E_PROVIDER with its cause, whose message loses the
+// prefix of the layer below: one prefix per message, rpma's.
+type providerError struct {
+	what string
+	err  error
+}
+
+func (e *providerError) Error() string {
+	return "rpma: " + ErrProvider.text + ": " + e.what + ": " + errfmt.Trim(e.err.Error())
+}
+
+func (e *providerError) Unwrap() []error { return []error{ErrProvider, e.err} }

@@ -42,7 +42,7 @@ func exampleServer(peer *rpma.Peer, cfg *rpma.ConnCfg, pdata []byte, prepare fun
 }
 
 func examplePeer() *rpma.Peer {
-	ctx, err := rpma.IBVContext("127.0.0.1")
+	ctx, err := rpma.DeviceContext("127.0.0.1")
 	if err != nil {
 		log.Fatal(err)
 	}

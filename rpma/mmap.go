@@ -46,9 +46,14 @@ func MapFile(path string, size int) (*Mapping, error) {
 // Bytes returns the mapped memory.
 func (m *Mapping) Bytes() []byte { return m.b }
 
-// Close unmaps the file (deregister regions on it first) and closes it.
+// Close unmaps the file (deregister regions on it first) and closes it. A
+// second Close returns nil (see package verbs, Errors).
 func (m *Mapping) Close() error {
+	if m.b == nil {
+		return nil
+	}
 	err := syscall.Munmap(m.b)
+	m.b = nil
 	if cerr := m.f.Close(); err == nil {
 		err = cerr
 	}

@@ -170,10 +170,18 @@ func (r *RemoteMR) Size() uint64 { return r.size }
 // Usage returns the remote region's usage.
 func (r *RemoteMR) Usage() Usage { return r.usage }
 
-// FlushType returns the flush types the remote region supports
-// (rpma_mr_remote_get_flush_type): its usage's flush bits.
-func (r *RemoteMR) FlushType() Usage {
-	return r.usage & (UsageFlushTypeVisibility | UsageFlushTypePersistent)
+// SupportsFlush reports whether the remote region supports flushes of type
+// t: whether rpma_mr_remote_get_flush_type's mask has t's usage bit
+// (UsageFlushTypePersistent for FlushPersistent, UsageFlushTypeVisibility
+// for FlushVisibility). Usage gives the whole mask.
+func (r *RemoteMR) SupportsFlush(t FlushType) bool {
+	switch t {
+	case FlushPersistent:
+		return r.usage&UsageFlushTypePersistent != 0
+	case FlushVisibility:
+		return r.usage&UsageFlushTypeVisibility != 0
+	}
+	return false
 }
 
 // String describes the remote region.

@@ -8,15 +8,16 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// IBVContext returns the verbs context of the device that serves addr (an
-// IP address or host name; rpma_utils_get_ibv_context). Pure-Go goverbs
+// DeviceContext returns the verbs context of the device that serves addr
+// (an IP address or host name; rpma_utils_get_ibv_context), as
+// rdmacm.DeviceContext does for rdmacm's addresses. Pure-Go goverbs
 // serves every TCP address with its iWARP device, so the result is the same
 // context for local and remote addresses; it is the one package rdmacm
 // connects with, which NewPeer needs. An address "unix:/path" or
 // "unix:@name" gives the shared-memory device shm0 (peers on one host), and
 // "roce://IP" the RoCEv2 device of the local address IP, or of the local
 // address that routes to a remote IP (the IP's connections go over RoCE).
-func IBVContext(addr string) (*verbs.Context, error) {
+func DeviceContext(addr string) (*verbs.Context, error) {
 	if addr == "" {
 		return nil, wrap(ErrInval, "empty address")
 	}
@@ -52,7 +53,7 @@ type Peer struct {
 }
 
 // NewPeer creates a peer on ctx (rpma_peer_new), which must come from
-// IBVContext. It returns ErrInval for a nil context and ErrProvider when the
+// DeviceContext. It returns ErrInval for a nil context and ErrProvider when the
 // protection domain cannot be allocated.
 func NewPeer(ctx *verbs.Context) (*Peer, error) {
 	if ctx == nil {

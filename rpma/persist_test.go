@@ -32,7 +32,7 @@ func persistChild(path string) {
 	if err != nil {
 		fail(err)
 	}
-	ictx, err := rpma.IBVContext("127.0.0.1")
+	ictx, err := rpma.DeviceContext("127.0.0.1")
 	if err != nil {
 		fail(err)
 	}

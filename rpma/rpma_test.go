@@ -42,7 +42,7 @@ func listenPort() string {
 
 func newPeer(t testing.TB) *rpma.Peer {
 	t.Helper()
-	ctx, err := rpma.IBVContext(testAddr)
+	ctx, err := rpma.DeviceContext(testAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

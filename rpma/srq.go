@@ -24,13 +24,13 @@ func (p *Peer) NewSRQ(cfg *SRQCfg) (*SRQ, error) {
 	if cfg == nil {
 		cfg = NewSRQCfg()
 	}
-	srq, err := p.pd.CreateSRQ(verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: max(cfg.rqSize, 1), MaxSGE: 1}})
+	srq, err := p.pd.CreateSRQ(verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: max(cfg.RQSize(), 1), MaxSGE: 1}})
 	if err != nil {
 		return nil, provider("ibv_create_srq", err)
 	}
 	s := &SRQ{peer: p, srq: srq}
-	if cfg.rcqSize > 0 {
-		if s.rcq, err = newCQ(p.ctx, cfg.rcqSize, nil); err != nil {
+	if cfg.RCQSize() > 0 {
+		if s.rcq, err = newCQ(p.ctx, cfg.RCQSize(), nil); err != nil {
 			srq.Destroy()
 			return nil, err
 		}

@@ -138,14 +138,15 @@ type direction struct {
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
 	spin     time.Duration // current spin budget (adaptive)
+	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 
-func (d *direction) init() {
+func (d *direction) init(spin time.Duration) {
 	d.timer = time.AfterFunc(time.Hour, d.wc.fire)
 	d.timer.Stop()
 	d.nudge = time.AfterFunc(time.Hour, d.wc.fire)
 	d.nudge.Stop()
-	d.spin = maxSpin
+	d.spin, d.maxSpin = spin, spin
 }
 
 // nudgeAfter is how long a call blocks before it nudges an iWARP peer.
@@ -229,6 +230,7 @@ type connSetup struct {
 	rq, sq int
 	rbuf   int
 	sbuf   int
+	spin   time.Duration // Options.Spin
 }
 
 // newConn allocates a connection's buffers and CQ; the QP comes after
@@ -312,8 +314,15 @@ func newConn(s connSetup) (c *Conn, err error) {
 	c.sqeAvail = c.sq
 	c.sbufAvail = c.sbufSize
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.rd.init()
-	c.wr.init()
+	spin := s.spin // Options.Spin: 0 the default, negative none
+	switch {
+	case spin == 0:
+		spin = maxSpin
+	case spin < 0:
+		spin = 0
+	}
+	c.rd.init(spin)
+	c.wr.init(spin)
 	c.idleTimer = time.AfterFunc(time.Hour, func() {
 		if c.active.Load() == 0 {
 			notify(c.needWait)
@@ -842,9 +851,9 @@ func (w *waitState) done(d *direction) {
 		return
 	}
 	if w.blocking {
-		d.spin = max(d.spin/2, minSpin)
+		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
 	} else {
-		d.spin = min(2*d.spin+time.Microsecond, maxSpin)
+		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 	}
 }
 
@@ -1085,9 +1094,11 @@ func (c *Conn) sendCtrl(ctrl uint32) error {
 // Close closes the connection: data written before is delivered, the peer
 // reads io.EOF, blocked Reads and Writes return net.ErrClosed. It waits at
 // most a few seconds for the peer's transport to take what was written.
+// A second Close returns nil (goverbs' rule; a *net.TCPConn's returns
+// net.ErrClosed).
 func (c *Conn) Close() error {
 	if c.closed.Swap(true) {
-		return c.opErr("close", net.ErrClosed)
+		return nil
 	}
 	close(c.closedCh)
 	c.rd.wc.fire()
@@ -1163,11 +1174,12 @@ func (c *Conn) opErr(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
 }
 
-// LocalAddr returns the local address: that of the rdmacm identifier
-// (a *net.TCPAddr over iWARP or RoCE, a *net.UnixAddr over shared memory).
+// LocalAddr returns the local address: that of the rdmacm identifier (a
+// *net.TCPAddr over iWARP, an *rdmacm.Addr over RoCE and shared memory,
+// whose String is the address with its scheme).
 func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 
-// RemoteAddr returns the peer's address.
+// RemoteAddr returns the peer's address, of LocalAddr's types.
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 // SetDeadline sets the read and write deadlines. A deadline moved while a

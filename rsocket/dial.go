@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/provider/loop"
 	"github.com/goverbs/goverbs/rdmacm"
@@ -32,14 +33,65 @@ func connParam(private []byte) *rdmacm.ConnParam {
 // signature is that of net.Dialer.DialContext without the network, so it
 // serves as grpc.WithContextDialer(rsocket.Dial) as it is.
 func Dial(ctx context.Context, addr string) (net.Conn, error) {
-	c, err := dial(ctx, addr)
+	var d Dialer
+	return d.DialContext(ctx, addr)
+}
+
+// Options size a connection's resources, as rsetsockopt does in
+// librdmacm's rsocket (SO_SNDBUF, SO_RCVBUF, RDMA_SQSIZE, RDMA_RQSIZE).
+// The zero value, and every zero field, means the default. A value below
+// the least a connection works with (4 KiB, 16 requests) is refused.
+type Options struct {
+	// SendBuffer (SO_SNDBUF) is the registered memory writes are staged
+	// in; 0 means 512 KiB.
+	SendBuffer int
+	// RecvBuffer (SO_RCVBUF) is the receive buffer the peer writes into,
+	// in two halves; 0 means 512 KiB.
+	RecvBuffer int
+	// SendQueue (RDMA_SQSIZE) is the data work requests outstanding; 0
+	// means 256.
+	SendQueue int
+	// RecvQueue (RDMA_RQSIZE) is the receive credits offered to the peer
+	// (messages); 0 means 256.
+	RecvQueue int
+	// Spin is the most a blocked Read or Write polls before it sleeps (a
+	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
+	// negative value none. The spin adapts below it, halving after a wait
+	// that had to sleep and doubling after one that did not.
+	Spin time.Duration
+}
+
+func (o Options) setup(s connSetup) connSetup {
+	s.sq, s.rq, s.sbuf, s.rbuf, s.spin = o.SendQueue, o.RecvQueue, o.SendBuffer, o.RecvBuffer, o.Spin
+	return s
+}
+
+func (o Options) check() error {
+	if o.SendBuffer < 0 || o.RecvBuffer < 0 || o.SendQueue < 0 || o.RecvQueue < 0 {
+		return fmt.Errorf("%w: negative size in %+v", verbs.ErrInvalid, o)
+	}
+	return nil
+}
+
+// Dialer dials with Options; its zero value dials as Dial does.
+type Dialer struct {
+	Options Options
+}
+
+// DialContext connects to addr as Dial does, with d's options. Its
+// signature is Dial's, so a method value serves as grpc's context dialer.
+func (d *Dialer) DialContext(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := dial(ctx, addr, d.Options)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "rdma", Addr: strAddr(addr), Err: err}
 	}
 	return c, nil
 }
 
-func dial(ctx context.Context, addr string) (*Conn, error) {
+func dial(ctx context.Context, addr string, o Options) (*Conn, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	vctx, pd, err := rdmacm.DeviceContext(addr)
 	if err != nil {
 		return nil, err
@@ -48,7 +100,7 @@ func dial(ctx context.Context, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newConn(connSetup{ctx: vctx, pd: pd})
+	c, err := newConn(o.setup(connSetup{ctx: vctx, pd: pd}))
 	if err != nil {
 		id.Close()
 		return nil, err
@@ -82,17 +134,33 @@ type Listener struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	opts   Options
 }
 
 // Listen listens for rsocket connections at addr (see Dial for the forms;
 // port 0 picks a free port, which Addr tells).
 func Listen(addr string) (*Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(addr)
+}
+
+// ListenConfig listens with Options for the connections it accepts; its
+// zero value listens as Listen does.
+type ListenConfig struct {
+	Options Options
+}
+
+// Listen listens at addr as the function Listen does, with lc's options.
+func (lc *ListenConfig) Listen(addr string) (*Listener, error) {
+	if err := lc.Options.check(); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: strAddr(addr), Err: err}
+	}
 	id, err := rdmacm.Listen(addr)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rdma", Addr: strAddr(addr), Err: err}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Listener{id: id, addr: addr, ctx: ctx, cancel: cancel}, nil
+	return &Listener{id: id, addr: addr, ctx: ctx, cancel: cancel, opts: lc.Options}, nil
 }
 
 // Accept waits for the next connection and returns it, a *Conn. A
@@ -140,7 +208,7 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 			return nil, err
 		}
 	}
-	c, err := newConn(connSetup{ctx: req.Context(), pd: pd})
+	c, err := newConn(l.opts.setup(connSetup{ctx: req.DeviceContext(), pd: pd}))
 	if err != nil {
 		req.Reject(nil)
 		req.Close()
@@ -170,9 +238,9 @@ func (l *Listener) accept(req *rdmacm.ID) (*Conn, error) {
 }
 
 // Close stops listening; a blocked Accept returns net.ErrClosed.
-// Connections accepted before stay open.
+// Connections accepted before stay open. A second Close returns nil.
 func (l *Listener) Close() error {
-	err := net.ErrClosed
+	var err error
 	l.once.Do(func() {
 		l.cancel()
 		err = l.id.Close()

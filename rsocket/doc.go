@@ -37,7 +37,9 @@
 // (16-bit sequence numbers, credits granted as rseq_no + rq_size) and
 // iWARP's WRITE-then-SEND framing with 4-byte receive buffers. Sizes are
 // each side's own choice, as in rsocket (this side offers 256 credits and
-// a 512 KiB receive buffer; a write is sent as messages of up to 128 KiB).
+// a 512 KiB receive buffer by default, and Options, through a Dialer or a
+// ListenConfig, sets them as rsetsockopt does; a write is sent as
+// messages of up to 128 KiB).
 //
 // What does not: riomap/riowrite (RS_OP_IOMAP_SGL, RS_OP_WRITE): a Conn
 // offers an iomap of size 0 and never writes into a peer's, so riostream's

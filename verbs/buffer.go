@@ -29,13 +29,13 @@ func (b *Buffer) Fd() int { return b.fd }
 
 // Free unmaps the buffer and closes its memfd. It returns ErrBusy while a
 // memory region registered over any part of it is not deregistered, so that
-// a region can never point at unmapped memory.
+// a region can never point at unmapped memory. A second Free returns nil.
 func (b *Buffer) Free() error {
 	if n := b.regs.Load(); n > 0 {
 		return fmt.Errorf("%w: %d memory regions still registered on the buffer", ErrBusy, n)
 	}
 	if b.freed.Swap(true) {
-		return fmt.Errorf("%w: buffer already freed", ErrClosed)
+		return nil // a second Free, as every second Destroy
 	}
 	buffers.remove(b)
 	return freeBuffer(b)

@@ -94,12 +94,13 @@ func (cq *CQ) WaitSpin() time.Duration { return time.Duration(cq.spin.Load()) }
 
 // Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while
 // completion events obtained with GetEvent are not acknowledged with
-// AckEvents, or while queue pairs or SRQs still use it.
+// AckEvents, or while queue pairs or SRQs still use it. A second Destroy
+// returns nil.
 func (cq *CQ) Destroy() error {
 	if n := cq.events.Load(); n != 0 {
 		return fmt.Errorf("%w: %d completion events not acknowledged", ErrBusy, n)
 	}
-	return cq.d.Destroy()
+	return again(cq.d.Destroy())
 }
 
 // CompChannel is a completion event channel (struct ibv_comp_channel).
@@ -131,5 +132,5 @@ func (ch *CompChannel) AckEvents(cq *CQ, n int) {
 func (ch *CompChannel) Fd() int { return ch.d.Fd() }
 
 // Close destroys the channel (ibv_destroy_comp_channel). A GetEvent blocked
-// on it returns ErrClosed.
-func (ch *CompChannel) Close() error { return ch.d.Close() }
+// on it returns ErrClosed. A second Close returns nil.
+func (ch *CompChannel) Close() error { return again(ch.d.Close()) }

@@ -63,6 +63,35 @@
 // post a signaled one after it: an RC QP's completions come in posting
 // order.
 //
+// # Errors
+//
+// Every error wraps one of the sentinels (ErrInvalid, ErrNotSupported,
+// ErrBusy, ...; a context's error in calls that take one), tested with
+// errors.Is. Each sentinel also matches the errno libibverbs returns for
+// the same condition (errors.Is(err, syscall.EINVAL) where errors.Is(err,
+// ErrInvalid)), so code ported from C can keep testing errnos. Where there
+// is more to say, the error is typed: *PostError names the work request
+// that was not posted, *WCError a failed completion. A message carries the
+// prefix "verbs: " once.
+//
+// Releasing twice is not an error: a second Destroy, Dealloc (of a PD, TD
+// or MW), Dereg, Free or Close returns nil and does nothing, so that deferred cleanup may run
+// after an explicit one (unlike os.File's Close). Any other call on a
+// released object returns ErrClosed. Packages rdmacm, rpma and rsocket
+// follow the same rule.
+//
+// # Memory windows, re-registration, resizing
+//
+// A memory window (PD.AllocMW, ibv_alloc_mw) grants a peer a range of a
+// region registered with AccessMWBind, under a key of its own, without a
+// registration: a type 1 window is bound with QP.BindMW (ibv_bind_mw), a
+// type 2 window by a work request (SendWR.BindMW with WRBindMW) to the QP
+// that posts it, and invalidated by WRLocalInv or a peer's
+// WRSendWithInv. MR.Rereg (ibv_rereg_mr) changes a region's memory, PD or
+// access under new keys, and CQ.Resize (ibv_resize_cq) a CQ's size, its
+// completions kept. The pure-Go providers (loop, shm, iwarp, roce) have
+// all three; provider rdmacore returns ErrNotSupported for them.
+//
 // Devices come from providers, which register themselves when imported:
 // goverbs/provider/loop offers "loop0", an in-process device for tests.
 // Providers implement the interfaces of package verbs/driver; applications

@@ -112,6 +112,10 @@ func unwrap(obj any) any {
 		if o != nil {
 			return o.d
 		}
+	case *MW:
+		if o != nil {
+			return o.d
+		}
 	}
 	return nil
 }

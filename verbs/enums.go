@@ -80,8 +80,8 @@ const (
 	WCRemOpErr WCStatus = 11
 	// WCRetryExcErr is IBV_WC_RETRY_EXC_ERR.
 	WCRetryExcErr WCStatus = 12
-	// WCRnrRetryExcErr is IBV_WC_RNR_RETRY_EXC_ERR.
-	WCRnrRetryExcErr WCStatus = 13
+	// WCRNRRetryExcErr is IBV_WC_RNR_RETRY_EXC_ERR.
+	WCRNRRetryExcErr WCStatus = 13
 	// WCLocRDDViolErr is IBV_WC_LOC_RDD_VIOL_ERR.
 	WCLocRDDViolErr WCStatus = 14
 	// WCRemInvRDReqErr is IBV_WC_REM_INV_RD_REQ_ERR.
@@ -118,7 +118,7 @@ var wcStatusText = [...]string{
 	WCRemAccessErr:     "remote access error",
 	WCRemOpErr:         "remote operation error",
 	WCRetryExcErr:      "transport retry counter exceeded",
-	WCRnrRetryExcErr:   "RNR retry counter exceeded",
+	WCRNRRetryExcErr:   "RNR retry counter exceeded",
 	WCLocRDDViolErr:    "local RDD violation error",
 	WCRemInvRDReqErr:   "remote invalid RD request",
 	WCRemAbortErr:      "aborted error",
@@ -145,7 +145,7 @@ var wcStatusName = [...]string{
 	WCRemAccessErr:     "IBV_WC_REM_ACCESS_ERR",
 	WCRemOpErr:         "IBV_WC_REM_OP_ERR",
 	WCRetryExcErr:      "IBV_WC_RETRY_EXC_ERR",
-	WCRnrRetryExcErr:   "IBV_WC_RNR_RETRY_EXC_ERR",
+	WCRNRRetryExcErr:   "IBV_WC_RNR_RETRY_EXC_ERR",
 	WCLocRDDViolErr:    "IBV_WC_LOC_RDD_VIOL_ERR",
 	WCRemInvRDReqErr:   "IBV_WC_REM_INV_RD_REQ_ERR",
 	WCRemAbortErr:      "IBV_WC_REM_ABORT_ERR",
@@ -513,16 +513,16 @@ const (
 	QPAttrTimeout QPAttrMask = 1 << 9
 	// QPAttrRetryCnt is IBV_QP_RETRY_CNT.
 	QPAttrRetryCnt QPAttrMask = 1 << 10
-	// QPAttrRnrRetry is IBV_QP_RNR_RETRY.
-	QPAttrRnrRetry QPAttrMask = 1 << 11
+	// QPAttrRNRRetry is IBV_QP_RNR_RETRY.
+	QPAttrRNRRetry QPAttrMask = 1 << 11
 	// QPAttrRQPSN is IBV_QP_RQ_PSN.
 	QPAttrRQPSN QPAttrMask = 1 << 12
 	// QPAttrMaxQPRdAtomic is IBV_QP_MAX_QP_RD_ATOMIC.
 	QPAttrMaxQPRdAtomic QPAttrMask = 1 << 13
 	// QPAttrAltPath is IBV_QP_ALT_PATH.
 	QPAttrAltPath QPAttrMask = 1 << 14
-	// QPAttrMinRnrTimer is IBV_QP_MIN_RNR_TIMER.
-	QPAttrMinRnrTimer QPAttrMask = 1 << 15
+	// QPAttrMinRNRTimer is IBV_QP_MIN_RNR_TIMER.
+	QPAttrMinRNRTimer QPAttrMask = 1 << 15
 	// QPAttrSQPSN is IBV_QP_SQ_PSN.
 	QPAttrSQPSN QPAttrMask = 1 << 16
 	// QPAttrMaxDestRdAtomic is IBV_QP_MAX_DEST_RD_ATOMIC.

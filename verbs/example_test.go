@@ -251,3 +251,44 @@ func ExampleContext_AllocTD() {
 	// success lock-free true
 	// <nil> <nil>
 }
+
+// A type 2 memory window grants a peer 4 KiB of a region for as long as
+// the application wants, then takes it back, without registering
+// anything: a BIND_MW work request binds it, LOCAL_INV invalidates it.
+func ExamplePD_AllocMW() {
+	ctx, _ := verbs.OpenDevice("loop0")
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(16, nil)
+	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	a, _ := pd.CreateQP(attr)
+	b, _ := pd.CreateQP(attr)
+	loop.Connect(a, b)
+	mr, _ := pd.RegMR(make([]byte, 1<<16), verbs.AccessLocalWrite|verbs.AccessMWBind)
+	mw, _ := pd.AllocMW(verbs.MWType2)
+
+	rkey := verbs.IncRKey(mw.RKey())
+	b.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled,
+		BindMW: &verbs.BindMW{MW: mw, RKey: rkey, Info: verbs.MWBindInfo{
+			MR: mr, Addr: mr.RemoteAddr(4096), Length: 4096, Access: verbs.AccessRemoteWrite}}}})
+	wc := make([]verbs.WC, 1)
+	cq.Poll(wc)
+	fmt.Println(wc[0].Opcode, wc[0].Status)
+
+	// The peer (a) writes through the window's key (sent to it over the
+	// connection, in a real program).
+	copy(mr.Bytes(), "through the window")
+	a.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 18)}, RemoteAddr: mr.RemoteAddr(4096), RKey: rkey}})
+	cq.Poll(wc)
+	fmt.Println(wc[0].Opcode, wc[0].Status, string(mr.Bytes()[4096:4096+18]))
+
+	b.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: rkey}})
+	cq.Poll(wc)
+	fmt.Println(wc[0].Opcode, wc[0].Status)
+	// Output:
+	// BIND_MW success
+	// RDMA_WRITE success through the window
+	// LOCAL_INV success
+}

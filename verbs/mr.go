@@ -77,10 +77,11 @@ func (mr *MR) Buffer() (buf *Buffer, off int) {
 }
 
 // Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once,
-// for local work requests and remote peers alike.
+// for local work requests and remote peers alike. A second Dereg returns
+// nil.
 func (mr *MR) Dereg() error {
 	if mr.dereged.Swap(true) {
-		return fmt.Errorf("%w: memory region already deregistered", ErrClosed)
+		return nil // a second Dereg, as every second Destroy
 	}
 	if err := mr.d.Dereg(); err != nil {
 		mr.dereged.Store(false)

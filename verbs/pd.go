@@ -2,6 +2,8 @@ package verbs
 
 import (
 	"fmt"
+
+	"github.com/goverbs/goverbs/internal/defaults"
 )
 
 // PD is a protection domain (struct ibv_pd): memory regions, queue pairs and
@@ -22,12 +24,12 @@ func (pd *PD) Context() *Context { return pd.ctx }
 // Dealloc frees the PD (ibv_dealloc_pd). It returns ErrBusy while regions,
 // queue pairs, SRQs or address handles still use it. A parent domain
 // (AllocParentDomain) returns ErrBusy while QPs created through it
-// remain; the PD it stands for stays.
+// remain; the PD it stands for stays. A second Dealloc returns nil.
 func (pd *PD) Dealloc() error {
 	if pd.base != nil {
-		return pd.deallocParent()
+		return again(pd.deallocParent())
 	}
-	return pd.d.Dealloc()
+	return again(pd.d.Dealloc())
 }
 
 // RegMR registers buf with the given access rights (ibv_reg_mr) and returns
@@ -37,20 +39,8 @@ func (pd *PD) Dealloc() error {
 // Memory from AllocBuffer is also accepted and is what providers that share
 // memory between processes need.
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty buffer", ErrInvalid)
-	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
-	}
-	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
-		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering |
-		AccessFlushGlobal | AccessFlushPersistent
-	if access&^known != 0 {
-		return nil, fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
-	}
-	if access&(AccessZeroBased|AccessMWBind|AccessOnDemand) != 0 {
-		return nil, fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessMWBind|AccessOnDemand))
+	if err := checkAccess(buf, access); err != nil {
+		return nil, err
 	}
 	// The buffer the region lies in is known (and held: Free fails) before
 	// the provider registers it, so that a provider may share it at once.
@@ -70,8 +60,30 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	return mr, nil
 }
 
+// checkAccess is RegMR's (and Rereg's) check of a region's memory and
+// access flags.
+func checkAccess(buf []byte, access AccessFlags) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty buffer", ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return fmt.Errorf("%w: remote write or atomic access requires local write (%v)", ErrInvalid, access)
+	}
+	const known = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
+		AccessMWBind | AccessZeroBased | AccessOnDemand | AccessHugetlb | AccessRelaxedOrdering |
+		AccessFlushGlobal | AccessFlushPersistent
+	if access&^known != 0 {
+		return fmt.Errorf("%w: unknown access bits %#x", ErrInvalid, uint32(access&^known))
+	}
+	if access&(AccessZeroBased|AccessOnDemand) != 0 {
+		return fmt.Errorf("%w: access %v", ErrNotSupported, access&(AccessZeroBased|AccessOnDemand))
+	}
+	return nil
+}
+
 // CreateQP creates a queue pair (ibv_create_qp). The QP starts in RESET.
-// It returns ErrInvalid for a missing CQ, a CQ or SRQ of another context,
+// Zero fields of attr (its QPType, each capability) mean the defaults
+// QPInitAttr and QPCap describe. It returns ErrInvalid for a missing CQ, a CQ or SRQ of another context,
 // an SRQ on a QP type that cannot use one, or capabilities beyond the
 // device's limits, and ErrNotSupported for QP types the provider lacks.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
@@ -84,8 +96,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil && attr.SRQ.pd.ctx != pd.ctx {
 		return nil, fmt.Errorf("%w: SRQ of another context", ErrInvalid)
 	}
-	if c := attr.Cap; c.MaxSendWR < 0 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
-		return nil, fmt.Errorf("%w: negative capability %+v", ErrInvalid, c)
+	attr.Cap = attr.Cap.withDefaults(attr.SRQ != nil)
+	if attr.QPType == 0 {
+		attr.QPType = QPTRC
 	}
 	if pd.base != nil && !pd.qps.take() {
 		return nil, ErrClosed // a freed parent domain
@@ -103,8 +116,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	return qp, nil
 }
 
-// CreateSRQ creates a shared receive queue (ibv_create_srq).
+// CreateSRQ creates a shared receive queue (ibv_create_srq). A zero
+// MaxWR means 16 receives and a zero MaxSGE 1 (as QPCap's defaults), so
+// that a zero SRQInitAttr is a useful SRQ; negative values are refused.
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if attr.Attr.MaxWR == 0 {
+		attr.Attr.MaxWR = defaults.QPWR
+	}
+	if attr.Attr.MaxSGE == 0 {
+		attr.Attr.MaxSGE = defaults.QPSGE
+	}
 	if attr.Attr.MaxWR < 1 || attr.Attr.MaxSGE < 1 || attr.Attr.SRQLimit < 0 {
 		return nil, fmt.Errorf("%w: SRQ attributes %+v", ErrInvalid, attr.Attr)
 	}
@@ -134,8 +155,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 // their last 20 bytes (as Linux rxe places it), and the sender's GID is
 // its address as ::ffff:a.b.c.d; otherwise they are a GRH, with the
 // sender's GID at bytes 8 to 24. Without a GRH (wc.Flags lacks
-// WCFlagGRH) the vector is the sender's LID alone.
-func InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
+// WCFlagGRH) the vector is the sender's LID alone. Its arguments are in
+// the order of CreateAHFromWC's (C's two functions differ).
+func InitAHFromWC(wc *WC, grh []byte, port uint8) (AHAttr, error) {
 	a := AHAttr{PortNum: port, DLID: wc.SLID, SL: wc.SL}
 	if wc.Flags&WCFlagGRH == 0 {
 		return a, nil
@@ -161,7 +183,7 @@ func InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
 // CreateAHFromWC creates an address handle back to the sender of a UD
 // receive (ibv_create_ah_from_wc); see InitAHFromWC.
 func (pd *PD) CreateAHFromWC(wc *WC, grh []byte, port uint8) (*AH, error) {
-	a, err := InitAHFromWC(port, wc, grh)
+	a, err := InitAHFromWC(wc, grh, port)
 	if err != nil {
 		return nil, err
 	}
@@ -182,4 +204,4 @@ func (ah *AH) PD() *PD { return ah.pd }
 func (ah *AH) Attr() AHAttr { return ah.attr }
 
 // Destroy destroys the address handle (ibv_destroy_ah).
-func (ah *AH) Destroy() error { return ah.d.Destroy() }
+func (ah *AH) Destroy() error { return again(ah.d.Destroy()) }

@@ -120,13 +120,13 @@ func (qp *QP) State() QPState {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
-// discarded without completions.
+// discarded without completions. A second Destroy returns nil.
 func (qp *QP) Destroy() error {
 	err := qp.d.Destroy()
 	if err == nil && qp.pd.base != nil {
 		qp.pd.qps.drop()
 	}
-	return err
+	return again(err)
 }
 
 // SRQ is a shared receive queue (struct ibv_srq): receive buffers that any
@@ -154,10 +154,17 @@ func (s *SRQ) PostRecv(wr []RecvWR) error {
 }
 
 // Modify changes the SRQ's limit (SRQAttrLimit arms the limit event) (ibv_modify_srq).
-func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error { return s.d.Modify(&attr, mask) }
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	if attr == nil {
+		return fmt.Errorf("%w: nil SRQAttr", ErrInvalid)
+	}
+	a := *attr // the provider keeps no pointer into the caller's
+	return s.d.Modify(&a, mask)
+}
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() (SRQAttr, error) { return s.d.Query() }
 
-// Destroy destroys the SRQ (ibv_destroy_srq). It returns ErrBusy while QPs use it.
-func (s *SRQ) Destroy() error { return s.d.Destroy() }
+// Destroy destroys the SRQ (ibv_destroy_srq). It returns ErrBusy while QPs
+// use it; a second Destroy returns nil.
+func (s *SRQ) Destroy() error { return again(s.d.Destroy()) }

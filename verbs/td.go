@@ -48,13 +48,13 @@ func (u *users) take() bool {
 // drop removes a user.
 func (u *users) drop() { u.n.Add(-1) }
 
-// free marks the object freed if it has no user: ErrClosed when it was
-// freed already, ErrBusy (saying busy) while it has users.
+// free marks the object freed if it has no user: nil when it was freed
+// already (a second Dealloc), ErrBusy (saying busy) while it has users.
 func (u *users) free(busy string) error {
 	for {
 		switch v := u.n.Load(); {
 		case v < 0:
-			return ErrClosed
+			return nil
 		case v > 0:
 			return fmt.Errorf("%w: %s", ErrBusy, busy)
 		case u.n.CompareAndSwap(0, -1):
@@ -73,7 +73,7 @@ func (c *Context) AllocTD() (*TD, error) {
 }
 
 // Dealloc frees the thread domain (ibv_dealloc_td). It returns ErrBusy
-// while a parent domain names it, ErrClosed the second time.
+// while a parent domain names it; a second Dealloc returns nil.
 func (td *TD) Dealloc() error { return td.refs.free("a parent domain uses the thread domain") }
 
 // ParentDomainAttr is what a parent domain is made of (struct

@@ -95,8 +95,8 @@ func TestParentDomain(t *testing.T) {
 	if _, err := parent.CreateQP(attr); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("CreateQP on a freed parent domain: %v, want ErrClosed", err)
 	}
-	if err := parent.Dealloc(); !errors.Is(err, verbs.ErrClosed) {
-		t.Errorf("second Dealloc: %v, want ErrClosed", err)
+	if err := parent.Dealloc(); err != nil {
+		t.Errorf("second Dealloc: %v, want nil", err)
 	}
 	if err := td.Dealloc(); err != nil {
 		t.Errorf("Dealloc of the TD: %v", err)

@@ -3,6 +3,8 @@ package verbs
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/goverbs/goverbs/internal/defaults"
 )
 
 // SGE is one scatter/gather element: Length bytes at Addr inside the memory
@@ -32,6 +34,10 @@ type SGE struct {
 //   - FLUSH: RemoteAddr, RKey and FlushLen name the remote range, FlushType
 //     what to guarantee; SGList is empty. The target region needs
 //     AccessFlushGlobal or AccessFlushPersistent for that type.
+//   - BIND_MW: BindMW names a type 2 window and what to bind it to (type 1
+//     windows are bound with QP.BindMW); no SGList.
+//   - LOCAL_INV: InvalidateRKey is the key of a type 2 window (or of a
+//     region) of the QP's PD that stops working; no SGList.
 type SendWR struct {
 	WRID   uint64
 	SGList []SGE
@@ -41,7 +47,8 @@ type SendWR struct {
 	// it as a plain number end to end (libibverbs keeps it big-endian in
 	// imm_data); the receiver's WC.ImmData holds the same value.
 	ImmData uint32
-	// InvalidateRKey is the remote key a SEND_WITH_INV invalidates at the receiver.
+	// InvalidateRKey is the remote key a SEND_WITH_INV invalidates at the
+	// receiver, or LOCAL_INV here.
 	InvalidateRKey uint32
 	RemoteAddr     uint64
 	RKey           uint32
@@ -57,6 +64,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BindMW is what a BIND_MW request binds; it is read when the request
+	// is posted.
+	BindMW *BindMW
 	// Inline, with SendInline set, is the message itself: it is copied at post
 	// time and need not be registered memory (the Go counterpart of passing
 	// an unregistered pointer with IBV_SEND_INLINE). When Inline is nil an
@@ -179,16 +189,41 @@ type PortAttr struct {
 }
 
 // QPCap holds the sizes of a QP's work queues (struct ibv_qp_cap). On
-// creation the provider may round them up; the QP's Query reports the actual values.
+// creation the provider may round them up; the QP's Query reports the
+// actual values.
+//
+// A zero field means a useful default, so that QPCap{} makes a QP that
+// can post: 16 work requests each way (max_send_wr, max_recv_wr), 1
+// scatter/gather element each way (max_send_sge, max_recv_sge), and no
+// inline data (max_inline_data). A negative field asks for none: a QP
+// that only receives can say MaxSendWR: -1. The receive fields of a QP
+// with an SRQ are not used.
 type QPCap struct {
-	MaxSendWR     int
-	MaxRecvWR     int
-	MaxSendSGE    int
-	MaxRecvSGE    int
-	MaxInlineData int
+	MaxSendWR     int // max_send_wr; 0 means 16
+	MaxRecvWR     int // max_recv_wr; 0 means 16
+	MaxSendSGE    int // max_send_sge; 0 means 1
+	MaxRecvSGE    int // max_recv_sge; 0 means 1
+	MaxInlineData int // max_inline_data; 0 means none
 }
 
-// QPInitAttr is what CreateQP needs (struct ibv_qp_init_attr).
+// withDefaults gives each zero field its default and each negative one 0.
+func (c QPCap) withDefaults(srq bool) QPCap {
+	d := QPCap{
+		MaxSendWR:     defaults.Int(c.MaxSendWR, defaults.QPWR),
+		MaxRecvWR:     defaults.Int(c.MaxRecvWR, defaults.QPWR),
+		MaxSendSGE:    defaults.Int(c.MaxSendSGE, defaults.QPSGE),
+		MaxRecvSGE:    defaults.Int(c.MaxRecvSGE, defaults.QPSGE),
+		MaxInlineData: defaults.Int(c.MaxInlineData, defaults.QPInline),
+	}
+	if srq {
+		d.MaxRecvWR, d.MaxRecvSGE = max(c.MaxRecvWR, 0), max(c.MaxRecvSGE, 0)
+	}
+	return d
+}
+
+// QPInitAttr is what CreateQP needs (struct ibv_qp_init_attr). Its zero
+// value but the CQs is a useful RC QP: QPType 0 means QPTRC, and a zero
+// Cap the defaults QPCap describes.
 type QPInitAttr struct {
 	SendCQ *CQ
 	RecvCQ *CQ
@@ -196,8 +231,8 @@ type QPInitAttr struct {
 	// receive queue; its own receive queue is not used and PostRecv on it fails.
 	SRQ      *SRQ
 	Cap      QPCap
-	QPType   QPType
-	SQSigAll bool // every send WR generates a completion, signaled or not
+	QPType   QPType // qp_type; 0 means QPTRC
+	SQSigAll bool   // sq_sig_all: every send WR generates a completion, signaled or not
 	// UserData is an opaque value the application can read back with QP.UserData.
 	UserData any
 }
@@ -242,11 +277,11 @@ type QPAttr struct {
 	SQDraining       bool
 	MaxRdAtomic      uint8 // ORD: outstanding RDMA Read/atomic this QP may initiate
 	MaxDestRdAtomic  uint8 // IRD: outstanding RDMA Read/atomic this QP accepts as target
-	MinRnrTimer      uint8
+	MinRNRTimer      uint8
 	PortNum          uint8
 	Timeout          uint8
 	RetryCnt         uint8
-	RnrRetry         uint8 // 7 means retry forever
+	RNRRetry         uint8 // 7 means retry forever
 	AltPortNum       uint8
 	AltTimeout       uint8
 }

@@ -76,19 +76,20 @@ func wait(cq *verbs.CQ) verbs.WC {
 	}
 }
 
-const demoHelp = `usage: goverbs demo [-n ITERS] [-d DURATION]
+const demoHelp = `usage: goverbs demo [-n ITERS] [-D DURATION]
 
 Walks through SEND/RECV, RDMA WRITE and READ, atomics, a remote access
 error with its flush and asynchronous event, and bad_wr, between two QPs of
 the in-process loop provider (device loop0), then measures them: latency
 (half a round trip, -n iterations), message rate and RDMA WRITE bandwidth
-(-d each) against a memcpy of the same size.
+(-D each) against a memcpy of the same size.
 `
 
 func demo(args []string) error {
 	fs := newCommand("demo", demoHelp)
 	iters := fs.IntP("iters", "n", 200000, "latency iterations")
-	dur := fs.DurationP("duration", "d", time.Second, "duration of each bandwidth measurement")
+	dur := fs.duration("duration", "D", time.Second, "duration of each bandwidth measurement: seconds (1.5) or with a unit (200ms)")
+	fs.movedLetter("d", "demo's duration is -D (--duration)")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -100,7 +101,10 @@ func demo(args []string) error {
 		return badUsage("demo", "-n %d: at least one iteration", *iters)
 	}
 	if *dur <= 0 {
-		return badUsage("demo", "-d %v: a positive duration", *dur)
+		return badUsage("demo", "-D %v: a positive duration", *dur)
+	}
+	if err := fs.begin(); err != nil {
+		return err
 	}
 	const size = 2 << 20
 	a, err := newEnd(size)

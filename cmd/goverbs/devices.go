@@ -2,24 +2,40 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	_ "github.com/goverbs/goverbs/provider/loop"
-	_ "github.com/goverbs/goverbs/provider/rdmacore" // real devices, in a build with -tags rdmacore
+	"github.com/goverbs/goverbs/provider/rdmacore" // real devices, in a build with -tags rdmacore
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/verbs"
 )
 
-const devicesHelp = `usage: goverbs devices [-v]
+const devicesHelp = `usage: goverbs devices [-v] [-d DEV]
 
 Lists the RDMA devices of the providers built into goverbs (like
-ibv_devices); with -v, each device's attributes and ports (like
-ibv_devinfo).
+ibv_devices), with the IP address each RoCE device (roce0, roce1, ...: one
+per local address) and each rdma-core device serves; with -v, each
+device's attributes and ports (like ibv_devinfo); with -d, that device
+only.
 `
+
+// deviceAddr returns the IP address the device serves: a RoCE device's
+// own, an rdma-core device's interface's.
+func deviceAddr(name string) (netip.Addr, bool) {
+	if a, ok := roce.DeviceAddr(name); ok {
+		return a, true
+	}
+	return rdmacore.DeviceAddr(name)
+}
 
 func devices(args []string) error {
 	fs := newCommand("devices", devicesHelp)
 	verbose := fs.BoolP("verbose", "v", false, "print attributes and ports")
+	dev := fs.StringP("ib-dev", "d", "", "this device only")
+	fs.refuseCapture("devices moves no RDMA traffic")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -28,12 +44,29 @@ func devices(args []string) error {
 		return err
 	}
 	devs := verbs.Devices()
+	if *dev != "" {
+		var names []string
+		for _, d := range devs {
+			if d.Name() == *dev {
+				devs = []*verbs.Device{d}
+				break
+			}
+			names = append(names, d.Name())
+		}
+		if len(devs) != 1 || devs[0].Name() != *dev {
+			return badUsage("devices", "-d %s: no such device (there are %s)", *dev, strings.Join(names, ", "))
+		}
+	}
 	if !*verbose {
 		w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(w, "device\tnode GUID\ttransport")
-		fmt.Fprintln(w, "------\t---------\t---------")
+		fmt.Fprintln(w, "device\tnode GUID\ttransport\taddress")
+		fmt.Fprintln(w, "------\t---------\t---------\t-------")
 		for _, d := range devs {
-			fmt.Fprintf(w, "%s\t%016x\t%v\n", d.Name(), d.GUID(), d.TransportType())
+			addr := "-"
+			if a, ok := deviceAddr(d.Name()); ok {
+				addr = a.String()
+			}
+			fmt.Fprintf(w, "%s\t%016x\t%v\t%s\n", d.Name(), d.GUID(), d.TransportType(), addr)
 		}
 		return w.Flush()
 	}
@@ -48,6 +81,9 @@ func devices(args []string) error {
 		fmt.Printf("\tnode_type:\t\t\t%v\n", d.NodeType())
 		fmt.Printf("\tfw_ver:\t\t\t\t%s\n", a.FWVer)
 		fmt.Printf("\tnode_guid:\t\t\t%016x\n", a.NodeGUID)
+		if ip, ok := deviceAddr(d.Name()); ok {
+			fmt.Printf("\tip_addr:\t\t\t%v\n", ip)
+		}
 		fmt.Printf("\tmax_mr_size:\t\t\t%#x\n", a.MaxMRSize)
 		fmt.Printf("\tmax_qp:\t\t\t\t%d\n", a.MaxQP)
 		fmt.Printf("\tmax_qp_wr:\t\t\t%d\n", a.MaxQPWR)

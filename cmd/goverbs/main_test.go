@@ -225,7 +225,7 @@ func capture(t *testing.T, f func()) string {
 // -h and --help print the command's help and exit 0; each flag's line
 // shows its default once.
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"devices", "demo", "ping", "perf", "stat"} {
+	for _, cmd := range []string{"devices", "demo", "ping", "perf", "soak", "stat"} {
 		for _, h := range []string{"-h", "--help", "-help"} {
 			var code int
 			out := capture(t, func() { code = run([]string{cmd, h}) })
@@ -260,7 +260,8 @@ func TestBadCommandLine(t *testing.T) {
 		{"devices", "-x"},
 		{"demo", "-n", "0"},
 		{"demo", "-n", "10", "extra"},
-		{"demo", "-d", "0s"},
+		{"demo", "-D", "0s"},
+		{"demo", "-d", "1s"}, // -d is a device, not demo's duration
 		{"ping"},
 		{"ping", "-s", "-c"},
 		{"ping", "-c"},
@@ -288,7 +289,7 @@ func TestBadCommandLine(t *testing.T) {
 // The loop demo runs from its command line with flags in any order.
 func TestDemoRuns(t *testing.T) {
 	var code int
-	out := capture(t, func() { code = run([]string{"demo", "-d", "20ms", "--iters=2000"}) })
+	out := capture(t, func() { code = run([]string{"demo", "-D", "20ms", "--iters=2000"}) })
 	if code != 0 || !strings.Contains(out, "device loop0") || !strings.Contains(out, "write_bw") {
 		t.Fatalf("exit status %d:\n%s", code, out)
 	}
@@ -379,7 +380,7 @@ func TestMain(m *testing.M) {
 func TestSoakSurvivesKills(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", fmt.Sprintf("unix:@goverbs-soak-test-%d", os.Getpid())} {
 		var code int
-		out := capture(t, func() { code = run([]string{"soak", "-a", addr, "-D", "4s", "-q", "3", "--kill-every", "1500ms"}) })
+		out := capture(t, func() { code = run([]string{"soak", addr, "-D", "4", "-q", "3", "--kill-every", "1500ms"}) })
 		if code != 0 {
 			t.Fatalf("%s: exit status %d:\n%s", addr, code, out)
 		}

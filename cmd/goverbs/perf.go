@@ -57,9 +57,10 @@ Method.
   1 by default); the bytes of the completed requests are divided by the elapsed time
   (MB = 10^6 bytes). The peak is the best window of at least a twentieth
   of the run and 5 ms. Both ends busy-poll their CQs (polled progress).
-  With -D, write_bw and read_bw post for that many seconds, then the
-  requests in flight complete (send_bw posts every receive before the run,
-  so it runs -n iterations, at most 8192).
+  With -D (seconds as perftest's, 2 or 1.5, or a Go duration, 1500ms),
+  write_bw and read_bw post for that long, then the requests in flight
+  complete (send_bw posts every receive before the run, so it runs -n
+  iterations, at most 8192).
 
 -e (--events, perftest's -e) waits for completions the C way instead of
 busy-polling: every CQ armed with ReqNotify, the loop blocks in
@@ -136,6 +137,7 @@ type perfRun struct {
 	// matchSize, on a goverbs server, sets the size the next client must
 	// ask for (the server's Match checks it when -s or -a was given).
 	matchSize func(n int)
+	cmd       *command // its flags (--capture)
 }
 
 // isLat reports whether test is a latency test.
@@ -151,17 +153,18 @@ func parsePerf(args []string) (*perfRun, error) {
 	all := fs.BoolP("all", "a", false, "run every size from 2 B to 8 MiB (powers of two)")
 	iters := fs.IntP("iters", "n", 0, "iterations (default: 1000 for latency, 5000 for bandwidth tests)")
 	warm := fs.IntP("warmup", "w", 0, "untimed warm-up iterations before the timed ones (default: 1000 for latency tests, 0 for write_bw and read_bw; not with -R or send_bw)")
-	dur := fs.IntP("duration", "D", 0, "write_bw, read_bw: post for this many seconds instead of -n iterations")
+	dur := fs.duration("duration", "D", 0, "write_bw, read_bw: post this long instead of -n iterations: seconds as perftest's (2, 1.5) or with a unit (1500ms), to the millisecond")
 	depth := fs.IntP("tx-depth", "t", 128, "send queue depth (work requests in flight)")
 	cqMod := fs.IntP("cq-mod", "Q", defaultCQMod, "bandwidth tests: one completion per this many work requests (perftest's cq_mod)")
 	postList := fs.IntP("post-list", "l", 1, "bandwidth tests: post this many work requests with one PostSend (perftest's post_list)")
 	port := fs.IntP("port", "p", 18515, "port")
 	dev := fs.StringP("ib-dev", "d", "iwarp0", "device: iwarp0 (TCP), shm0 (same-host shared memory) or a RoCE device (roce0, ...: see goverbs devices)")
 	bind := fs.StringP("bind", "B", "", "RoCE: the local IP address to use (its device; made if it has none); implies a RoCE device")
-	qps := fs.IntP("qp", "q", 1, "bandwidth tests: number of QPs (connections) driven in parallel")
+	qps := fs.IntP("qps", "q", 1, "bandwidth tests: number of QPs (connections) driven in parallel (perftest's --qp)")
+	fs.alias("qp", "qps")
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines (a server prints no results)")
-	pt := fs.BoolP("rdma_cm", "R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
+	pt := fs.BoolP("rdma-cm", "R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
 	ev := fs.BoolP("events", "e", false, "wait for completions with completion events (ReqNotify, GetEvent) instead of busy-polling")
 	args, err := fs.parse(args)
 	if err != nil {
@@ -169,12 +172,12 @@ func parsePerf(args []string) (*perfRun, error) {
 	}
 	bad := func(format string, a ...any) (*perfRun, error) { return nil, badUsage("perf", format, a...) }
 	if len(args) == 0 {
-		if fs.NFlag() > 0 {
+		if fs.nflag() > 0 {
 			return bad("flags need a TEST (with no TEST, every test runs with its defaults)")
 		}
-		return &perfRun{summary: true}, nil
+		return &perfRun{summary: true, cmd: fs}, nil
 	}
-	r := &perfRun{dev: *dev, perftest: *pt, json: *js, server: *server}
+	r := &perfRun{dev: *dev, perftest: *pt, json: *js, server: *server, cmd: fs}
 	test := args[0]
 	if !slices.Contains(perf.Tests, test) {
 		return bad("unknown test %q (one of %s)", test, strings.Join(perf.Tests, ", "))
@@ -210,8 +213,12 @@ func parsePerf(args []string) (*perfRun, error) {
 		local, _ = rdmacore.DeviceAddr(*dev)
 	}
 	switch {
+	case *dev == "loop0":
+		return bad("-d loop0: the loop provider connects two QPs of one process directly (loop.Connect), with no connection manager, so it serves neither a second process nor perf's connection; measure it with goverbs demo, or use -d shm0 (shared memory between processes) or iwarp0")
 	case !ok:
 		return bad("device %q: iwarp0, shm0, a RoCE device or an rdma-core device (see goverbs devices)", *dev)
+	case prov == "rdmacore" && fs.Changed("capture"):
+		return bad("--capture records goverbs' own providers; %s's traffic is the kernel's (record it with tcpdump on its interface)", *dev)
 	case *server && peer != "":
 		return bad("--server and SERVER %q: a server waits, a client connects: give one", peer)
 	case *port < 0 || *port > 65535:
@@ -228,8 +235,8 @@ func parsePerf(args []string) (*perfRun, error) {
 		return bad("-D is not supported with -R")
 	case fs.Changed("duration") && (r.lat || test == "send_bw"):
 		return bad("-D: %s runs -n iterations (a duration is for write_bw and read_bw)", test)
-	case fs.Changed("duration") && *dur < 1:
-		return bad("-D %d: at least one second", *dur)
+	case fs.Changed("duration") && *dur < time.Millisecond:
+		return bad("-D %v: at least a millisecond", *dur)
 	case fs.Changed("duration") && fs.Changed("iters"):
 		return bad("-D and -n: a run is timed or counted, give one")
 	case fs.Changed("warmup") && !r.lat && (test == "send_bw" || *pt):
@@ -246,11 +253,11 @@ func parsePerf(args []string) (*perfRun, error) {
 		return bad("-l %d: at least 1", *postList)
 	case *depth < 1:
 		return bad("-t %d: at least 1", *depth)
-	case fs.Changed("qp") && *qps > 1 && r.lat:
+	case fs.Changed("qps") && *qps > 1 && r.lat:
 		return bad("-q %d: latency tests run on one QP", *qps)
 	}
 
-	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: time.Duration(*dur) * time.Second,
+	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: dur.Truncate(time.Millisecond),
 		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod, PostList: *postList, Events: *ev}
 	if !fs.Changed("warmup") && !*pt && r.lat {
 		c.Warmup = defaultWarmup
@@ -349,7 +356,7 @@ func parsePerf(args []string) (*perfRun, error) {
 			}
 			check("-s", given("size") || *all, want.Size, got.Size)
 			check("-n", given("iters"), want.Iters, got.Iters)
-			check("-q", given("qp"), want.QPs, got.QPs)
+			check("-q", given("qps"), want.QPs, got.QPs)
 			check("-w", given("warmup"), want.Warmup, got.Warmup)
 			check("-D", given("duration"), want.Duration, got.Duration)
 			check("-Q", given("cq-mod"), want.CQMod, got.CQMod)
@@ -379,6 +386,9 @@ func isLocalHost(host string) bool {
 func perfCmd(args []string) error {
 	r, err := parsePerf(args)
 	if err != nil {
+		return err
+	}
+	if err := r.cmd.begin(); err != nil {
 		return err
 	}
 	if r.summary {

@@ -32,8 +32,8 @@ type pingOpts struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
-	pcfg            any    // the provider's configuration (nil: its defaults)
-	dev             string // the device the address leads to, for messages
+	tcp             *iwarp.Config // the iWARP provider's configuration (nil: its defaults)
+	dev             string        // the device the address leads to, for messages
 }
 
 const pingHelp = `usage: goverbs ping -s [-vVd] [-S SIZE] [-C COUNT] [-a ADDR] [-p PORT]
@@ -50,7 +50,56 @@ userspace (provider roce), against rping on a Linux rxe device or a RoCE NIC.
 With -V the client compares what came back with what it sent, and the
 server checks what it read against rping's pattern for that ping. With -C
 the server serves COUNT pings and then waits for the client to leave.
+
+ADDR is a host or an IP address; the port is -p's. The letters are
+rping's: -s is --server and -a --addr here, where perf has them as --size
+and --all (see goverbs -h). A goverbs client tells a goverbs server its
+-S and -C when it connects (private data that rping ignores), so that a
+server whose buffer is too small, or that serves fewer pings, refuses it
+and the client says why.
 `
+
+// pingHello is the private data of a goverbs client's connect request and
+// of a goverbs server's rejection: a magic, then the end's -S and -C
+// (big-endian). rping ignores private data, so it works with rping both
+// ways; a server that finds none (rping's client) checks nothing.
+var pingHello = [8]byte{'g', 'v', 'p', 'i', 'n', 'g', 0, 1}
+
+const pingHelloLen = 16
+
+// pingHelloOf returns the private data that announces size and count.
+func pingHelloOf(size, count int) []byte {
+	b := make([]byte, pingHelloLen)
+	copy(b, pingHello[:])
+	binary.BigEndian.PutUint32(b[8:], uint32(size))
+	binary.BigEndian.PutUint32(b[12:], uint32(count))
+	return b
+}
+
+// parsePingHello returns the size and count private data announces, if it
+// is a goverbs ping's.
+func parsePingHello(b []byte) (size, count int, ok bool) {
+	if len(b) < pingHelloLen || !bytes.Equal(b[:8], pingHello[:]) {
+		return 0, 0, false
+	}
+	return int(binary.BigEndian.Uint32(b[8:])), int(binary.BigEndian.Uint32(b[12:])), true
+}
+
+// pingRefusal returns why a server of size srvSize serving srvCount pings
+// (0: forever) cannot serve a client asking for size and count, or "".
+func pingRefusal(srvSize, srvCount, size, count int) string {
+	switch {
+	case size > srvSize:
+		return fmt.Sprintf("the client's -S %d is larger than the server's %d (give both the same -S)", size, srvSize)
+	case srvCount > 0 && (count == 0 || count > srvCount):
+		c := "forever"
+		if count > 0 {
+			c = strconv.Itoa(count) + " pings"
+		}
+		return fmt.Sprintf("the client asks for %s, the server serves -C %d (give both the same -C)", c, srvCount)
+	}
+	return ""
+}
 
 func ping(args []string) error {
 	fs := newCommand("ping", pingHelp)
@@ -64,8 +113,10 @@ func ping(args []string) error {
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "display ping data")
 	fs.BoolVarP(&o.verify, "validate", "V", false, "validate ping data")
 	fs.BoolVarP(&o.debug, "debug", "d", false, "debug printfs")
-	fs.DurationVarP(&o.timeout, "timeout", "t", 30*time.Second, "timeout for each step (goverbs addition)")
+	o.timeout = 30 * time.Second
+	fs.VarP((*durationFlag)(&o.timeout), "timeout", "", "timeout for each step: seconds (2.5) or with a unit (2500ms) (goverbs addition)")
 	crc := fs.Bool("crc", false, "ask for MPA CRC32C over TCP (goverbs addition; CRC is on when either side asks)")
+	fs.movedLetter("t", "ping's timeout is --timeout")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -74,7 +125,7 @@ func ping(args []string) error {
 		return err
 	}
 	if *crc {
-		o.pcfg = &iwarp.Config{CRC: true}
+		o.tcp = &iwarp.Config{CRC: true}
 	}
 	if o.server == o.client {
 		return badUsage("ping", "give exactly one of -s and -c")
@@ -93,6 +144,9 @@ func ping(args []string) error {
 	}
 	if o.port < 0 || o.port > 65535 {
 		return badUsage("ping", "invalid port %d", o.port)
+	}
+	if err := checkPingAddr(o.addr, o.port); err != nil {
+		return err
 	}
 	addr := net.JoinHostPort(o.addr, strconv.Itoa(o.port))
 	o.dev = "iwarp0"
@@ -118,10 +172,28 @@ func ping(args []string) error {
 		addr = "roce://" + net.JoinHostPort(host, strconv.Itoa(o.port))
 		o.dev = "roce"
 	}
+	if err := fs.begin(); err != nil {
+		return err
+	}
 	if o.server {
 		return pingServer(addr, &o)
 	}
 	return pingClient(addr, &o)
+}
+
+// checkPingAddr refuses an -a that carries a port: rping's -a is the
+// host, its -p the port.
+func checkPingAddr(addr string, port int) error {
+	if strings.HasPrefix(addr, "unix:") {
+		return nil
+	}
+	host := strings.TrimPrefix(addr, "roce://")
+	h, p, err := net.SplitHostPort(host)
+	if err != nil {
+		return nil // no port in it
+	}
+	scheme := strings.TrimSuffix(addr, host)
+	return badUsage("ping", "-a %s: the port goes in -p, as with rping (-a %s%s -p %s)", addr, scheme, h, p)
 }
 
 func (o *pingOpts) dbg(format string, a ...any) {
@@ -223,36 +295,42 @@ func (e *pingEnd) sendInfo(buf []byte, mr *verbs.MR) error {
 }
 
 func pingClient(addr string, o *pingOpts) error {
-	id, err := rdmacm.CreateID(addr)
+	id, err := rdmacm.NewID(addr, o.idOptions())
 	if err != nil {
 		return err
 	}
-	id.SetProviderConfig(o.pcfg)
 	e := &pingEnd{o: o}
 	defer e.close()
 	if err := e.setup(id, true); err != nil {
 		return err
 	}
 	ctx, cancel := e.ctx()
-	err = id.Connect(ctx, &rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
+	err = id.Connect(ctx, &rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
+		PrivateData: pingHelloOf(o.size, o.count)})
 	cancel()
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+	var rej *rdmacm.RejectedError
+	if errors.As(err, &rej) {
+		if size, count, ok := parsePingHello(rej.PrivateData); ok {
+			return fmt.Errorf("the server at %s refused: %s", addr, pingRefusal(size, count, o.size, o.count))
+		}
 	}
-	o.dbg("client connected to %v over %s", id.RemoteAddr(), id.Context().Device().Name())
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	o.dbg("client connected to %v over %s", id.RemoteAddr(), id.DeviceContext().Device().Name())
 	for ping := 0; o.count == 0 || ping < o.count; ping++ {
 		pingData(e.startBuf, ping)
 		if err := e.sendInfo(e.startBuf, e.startMR); err != nil {
 			return fmt.Errorf("ping %d: advertising the source: %w", ping, err)
 		}
 		if err := e.recv(); err != nil {
-			return fmt.Errorf("ping %d: waiting for the server's read: %w", ping, err)
+			return fmt.Errorf("ping %d: waiting for the server's read: %w", ping, serverGone(err))
 		}
 		if err := e.sendInfo(e.rdmaBuf, e.rdmaMR); err != nil {
 			return fmt.Errorf("ping %d: advertising the sink: %w", ping, err)
 		}
 		if err := e.recv(); err != nil {
-			return fmt.Errorf("ping %d: waiting for the server's write: %w", ping, err)
+			return fmt.Errorf("ping %d: waiting for the server's write: %w", ping, serverGone(err))
 		}
 		if o.verify && !bytes.Equal(e.startBuf, e.rdmaBuf) {
 			return fmt.Errorf("data mismatch at ping %d", ping)
@@ -291,20 +369,26 @@ func cstring(b []byte) []byte {
 }
 
 func pingServer(addr string, o *pingOpts) error {
-	ln, err := rdmacm.CreateID(addr)
+	ln, err := rdmacm.NewID(addr, o.idOptions())
 	if err != nil {
 		return err
 	}
-	ln.SetProviderConfig(o.pcfg)
 	if err := ln.Listen(); err != nil {
 		ln.Close()
 		return err
 	}
 	defer ln.Close()
-	o.dbg("server listening on %v (%s)", ln.LocalAddr(), ln.Context().Device().Name())
+	o.dbg("server listening on %v (%s)", ln.LocalAddr(), ln.DeviceContext().Device().Name())
 	req, err := ln.GetRequest(context.Background())
 	if err != nil {
 		return err
+	}
+	if size, count, ok := parsePingHello(req.PrivateData()); ok {
+		if why := pingRefusal(o.size, o.count, size, count); why != "" {
+			req.Reject(pingHelloOf(o.size, o.count))
+			req.Close()
+			return fmt.Errorf("refused the client at %v: %s", req.RemoteAddr(), why)
+		}
 	}
 	e := &pingEnd{o: o}
 	defer e.close()
@@ -356,17 +440,30 @@ func pingServer(addr string, o *pingOpts) error {
 			return err
 		}
 		raddr, rkey = binary.BigEndian.Uint64(e.recvBuf), binary.BigEndian.Uint32(e.recvBuf[8:])
-		n := len(cstring(e.rdmaBuf)) + 1
-		if n > len(e.rdmaBuf) {
-			n = len(e.rdmaBuf)
-		}
-		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{e.rdmaMR.SGE(0, n)}, RemoteAddr: raddr, RKey: rkey}); err != nil {
+		wlen := min(len(cstring(e.rdmaBuf))+1, len(e.rdmaBuf))
+		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{e.rdmaMR.SGE(0, wlen)}, RemoteAddr: raddr, RKey: rkey}); err != nil {
 			return fmt.Errorf("rdma write: %w", err)
 		}
 		if err := e.sendWait(verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.sendMR.SGE(0, rpingInfoLen)}}); err != nil {
+			// The last ping's SEND arrived but its ACK did not (a lossy
+			// link) when the client, done, disconnected: the SEND is
+			// flushed. rping takes a flushed completion as the end.
+			if isEndOfPing(err) && (o.count == 0 || n+1 == o.count) {
+				o.dbg("server: the client disconnected after %d pings, the last SEND unacknowledged", n+1)
+				return nil
+			}
 			return err
 		}
 	}
+}
+
+// serverGone says what a flushed receive on the client means: the server
+// ended the connection (its output says why).
+func serverGone(err error) error {
+	if isEndOfPing(err) {
+		return fmt.Errorf("the server closed the connection (its output says why): %w", err)
+	}
+	return err
 }
 
 // isEndOfPing reports the flushed receive that a client's disconnect causes.
@@ -374,3 +471,6 @@ func isEndOfPing(err error) bool {
 	var we *verbs.WCError
 	return errors.As(err, &we) && we.Status == verbs.WCWRFlushErr
 }
+
+// idOptions are the options of the identifiers ping makes.
+func (o *pingOpts) idOptions() rdmacm.IDOptions { return rdmacm.IDOptions{TCP: o.tcp} }

@@ -19,7 +19,7 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-const soakHelp = `usage: goverbs soak [-a ADDR] [-D DURATION] [-q CONNS] [--kill-every DURATION]
+const soakHelp = `usage: goverbs soak [ADDR] [-D DURATION] [-q CONNS] [--kill-every DURATION]
 
 Runs mixed RDMA operations against a peer process it starts, for a given
 time, and verifies every byte: each round of each connection writes a
@@ -33,27 +33,47 @@ operations, bytes verified, reconnects, kills survived, and what was lost
 (a work request that never completed) or corrupted (a byte that differs):
 both must be 0, or the exit status is 1.
 
-ADDR is any rdmacm address the peer listens on: host:port (iwarp0; port 0
-takes a free one), unix:@name or unix:/path (shm0).
+ADDR (or --addr ADDR) is any rdmacm address the peer listens on:
+host:port (iwarp0; port 0 takes a free one; 127.0.0.1:0 by default),
+unix:@name or unix:/path (shm0). Durations are seconds (90) or Go
+durations (1m30s).
 `
 
 func soak(args []string) error {
 	fs := newCommand("soak", soakHelp)
-	addr := fs.StringP("addr", "a", "127.0.0.1:0", "the peer's address")
-	dur := fs.DurationP("duration", "D", time.Minute, "how long to run")
+	addr := fs.String("addr", "127.0.0.1:0", "the peer's address (or ADDR)")
+	dur := fs.duration("duration", "D", time.Minute, "how long to run")
 	conns := fs.IntP("qps", "q", 8, "connections")
-	killEvery := fs.Duration("kill-every", 20*time.Second, "kill and restart the peer this often (0: never)")
+	killEvery := fs.duration("kill-every", "", 20*time.Second, "kill and restart the peer this often (0: never)")
 	peer := fs.Bool("peer", false, "be the peer (the soak starts it)")
 	fs.MarkHidden("peer")
+	fs.movedLetter("a", "soak's address is ADDR or --addr")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
+	if len(args) > 0 && fs.Changed("addr") {
+		return badUsage("soak", "ADDR %q and --addr %q: give one", args[0], *addr)
+	}
+	if len(args) > 0 {
+		*addr, args = args[0], args[1:]
+	}
 	if err := fs.noArgs(args); err != nil {
 		return err
 	}
+	switch {
+	case *dur <= 0:
+		return badUsage("soak", "-D %v: a positive duration", *dur)
+	case *conns < 1:
+		return badUsage("soak", "-q %d: at least one connection", *conns)
+	case *killEvery < 0:
+		return badUsage("soak", "--kill-every %v: 0 (never) or a positive duration", *killEvery)
+	}
 	if *peer {
 		return soakPeer(*addr)
+	}
+	if err := fs.begin(); err != nil {
+		return err
 	}
 	return soakDrive(*addr, *dur, *conns, *killEvery)
 }
@@ -72,7 +92,7 @@ func soakDrive(addr string, dur time.Duration, n int, killEvery time.Duration) e
 	var cmd *exec.Cmd
 	var cur atomic.Pointer[string] // where the peer listens now (a port 0 changes with each start)
 	start := func() error {
-		c := exec.Command(os.Args[0], "soak", "--peer", "-a", addr)
+		c := exec.Command(os.Args[0], "soak", "--peer", "--addr", addr)
 		out, err := c.StdoutPipe()
 		if err != nil {
 			return err

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/goverbs/goverbs/metrics"
 	"github.com/goverbs/goverbs/provider/roce"
-	"github.com/goverbs/goverbs/verbs"
 )
 
-const statHelp = `usage: goverbs stat [--json] [--all] COMMAND [ARGS...]
+const statHelp = `usage: goverbs stat [--json] [--idle] COMMAND [ARGS...]
 
 Runs another goverbs command (perf, ping, demo) in this process and then
 prints the counters of every device it used, like rdma statistic and a
@@ -21,7 +21,9 @@ NIC's hw counters: messages and bytes per opcode, receives, completions
 by error status, retransmissions and RNR NAKs, CQ overflows, and for RoCE
 devices the datagrams sent, received and dropped. goverbs' devices live in
 the process that uses them, so their counters are read there: a program
-reads its own with QP.Counters and Context.Counters.
+reads its own with QP.Counters and Context.Counters, and publishes them
+with package metrics (expvar; Prometheus through its promcollector
+module).
 
     goverbs stat perf write_bw -s 65536 -n 1000
 `
@@ -30,7 +32,7 @@ func stat(args []string) error {
 	fs := newCommand("stat", statHelp)
 	fs.SetInterspersed(false) // the flags after COMMAND are its own
 	asJSON := fs.Bool("json", false, "print the counters as JSON lines")
-	all := fs.Bool("all", false, "print devices that did nothing too")
+	all := fs.Bool("idle", false, "print devices that did nothing too")
 	args, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -40,6 +42,9 @@ func stat(args []string) error {
 	}
 	if args[0] == "stat" {
 		return badUsage("stat", "stat runs another command, not itself")
+	}
+	if err := fs.begin(); err != nil {
+		return err
 	}
 	if code := run(args); code != 0 {
 		// The command said why; stat exits as it did (2 for a bad
@@ -64,30 +69,19 @@ type deviceStat struct {
 
 func printCounters(asJSON, all bool) error {
 	var out []deviceStat
-	for _, d := range verbs.Devices() {
-		ctx, err := d.Open()
-		if err != nil {
+	for _, d := range metrics.Read() {
+		c := &d.Counters
+		if c.QPs == 0 && !all {
 			continue
 		}
-		c, err := ctx.Counters()
-		ctx.Close()
-		if err != nil || c.QPs == 0 && !all {
-			continue
+		s := deviceStat{Device: d.Name, QPs: c.QPs, Sent: map[string][2]uint64{}, Errors: d.Errors(true),
+			Received: [2]uint64{c.Received.Msgs, c.Received.Bytes}, Retransmits: c.Retransmits, RNRNaks: c.RNRNaks, CQOverflows: c.CQOverflows,
+			Wire: d.Wire}
+		for op, n := range d.Opcodes() {
+			s.Sent[op] = [2]uint64{n.Msgs, n.Bytes}
 		}
-		s := deviceStat{Device: d.Name(), QPs: c.QPs, Sent: map[string][2]uint64{}, Errors: map[string]uint64{},
-			Received: [2]uint64{c.Received.Msgs, c.Received.Bytes}, Retransmits: c.Retransmits, RNRNaks: c.RNRNaks, CQOverflows: c.CQOverflows}
-		for op, n := range c.Sent {
-			if n.Msgs > 0 {
-				s.Sent[verbs.WROpcode(op).String()] = [2]uint64{n.Msgs, n.Bytes}
-			}
-		}
-		for st := range c.SendErrors {
-			if n := c.SendErrors[st] + c.RecvErrors[st]; n > 0 {
-				s.Errors[verbs.WCStatus(st).Name()] = n
-			}
-		}
-		if w, ok := roce.DeviceCounters(d.Name()); ok {
-			s.Wire = &w
+		for st, n := range d.Errors(false) {
+			s.Errors[st] += n
 		}
 		out = append(out, s)
 	}
@@ -116,8 +110,8 @@ func printCounters(asJSON, all bool) error {
 			fmt.Fprintf(w, "  errors\t%s\n", strings.Join(errs, ", "))
 		}
 		if s.Wire != nil {
-			fmt.Fprintf(w, "  wire\tsent %d (%d writes)\treceived %d\tsend_fail %d\tbad_icrc %d\tmalformed %d\tno_qp %d\n",
-				s.Wire.Sent, s.Wire.Writes, s.Wire.Received, s.Wire.SendFail, s.Wire.BadICRC, s.Wire.Malformed, s.Wire.NoQP)
+			fmt.Fprintf(w, "  wire\tsent %d (%d writes)\treceived %d\tsend_fail %d\tbad_icrc %d\tmalformed %d\tno_qp %d\tcm_timeout %d\n",
+				s.Wire.Sent, s.Wire.Writes, s.Wire.Received, s.Wire.SendFail, s.Wire.BadICRC, s.Wire.Malformed, s.Wire.NoQP, s.Wire.CMTimeout)
 		}
 	}
 	return w.Flush()

@@ -67,7 +67,7 @@ func newNode(id *rdmacm.ID, count, size int) (*node, error) {
 	if err := id.CreateQP(nil, attr); err != nil {
 		return nil, err
 	}
-	port, err := id.Context().QueryPort(1)
+	port, err := id.DeviceContext().QueryPort(1)
 	if err != nil {
 		return nil, err
 	}

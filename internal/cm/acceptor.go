@@ -49,9 +49,9 @@ type AcceptError struct {
 
 func (e *AcceptError) Error() string {
 	if e.Shed {
-		return fmt.Sprintf("cm: accept: %v (a connection request was refused; still listening)", e.Err)
+		return fmt.Sprintf("accept: %v (a connection request was refused; still listening)", e.Err)
 	}
-	return fmt.Sprintf("cm: accept: %v (still listening)", e.Err)
+	return fmt.Sprintf("accept: %v (still listening)", e.Err)
 }
 
 func (e *AcceptError) Unwrap() error { return e.Err }

@@ -37,6 +37,9 @@ type Params struct {
 	// peers speak (iwarp: RFC 7306 immediate data and atomics between
 	// goverbs peers). Dial only; a responder answers an offer by itself.
 	Extensions bool
+	// Source is the local address a Dial leaves from, for a Sourcer
+	// ("": the route's).
+	Source string
 	// Config is the transport's own configuration (*iwarp.Config,
 	// *shm.Config), or nil for its defaults; one of another transport is
 	// ignored. Dial only: a listener's comes with Listen.
@@ -68,6 +71,14 @@ type Router interface {
 	DeviceFor(addr string, listen bool) (string, error)
 }
 
+// Sourcer is a Transport whose connections can leave from a chosen
+// local address (Params.Source) on its one device: iWARP over TCP.
+type Sourcer interface {
+	// CheckSource says whether src (an IP address with a port, 0 for
+	// any) can be a connection's source.
+	CheckSource(src string) error
+}
+
 // Claimer is a Transport that also serves addresses written without a
 // scheme when it claims them: the kernel's rdma_cm (provider rdmacore, in
 // a build with its tag) claims the addresses an RDMA device serves.
@@ -96,6 +107,16 @@ type UDPeer struct {
 	QKey        uint32
 	PrivateData []byte
 	Remote      net.Addr
+}
+
+// Explicit turns a resolved Params value (0 meaning none) into a
+// provider's Params value, whose 0 means the default and a negative value
+// none.
+func Explicit(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // UDPQKey is the Q_Key of rdma_cm's UDP port space (RDMA_UDP_QKEY).
@@ -143,9 +164,9 @@ type Conn interface {
 
 // Errors of the connection setup.
 var (
-	ErrUnreachable = errors.New("cm: peer unreachable")
-	ErrRejected    = errors.New("cm: connection rejected")
-	ErrClosed      = errors.New("cm: closed")
+	ErrUnreachable = errors.New("peer unreachable")
+	ErrRejected    = errors.New("connection rejected")
+	ErrClosed      = errors.New("closed")
 
 	// A connection that ended in order has an Err that wraps one of these,
 	// whatever its provider: the layers above test these, never a
@@ -176,11 +197,11 @@ type RejectedError struct {
 func (e *RejectedError) Error() string {
 	switch {
 	case e.Reason != "":
-		return "cm: connection rejected: " + e.Reason
+		return "connection rejected: " + e.Reason
 	case e.Err != nil:
-		return "cm: connection rejected: " + e.Err.Error()
+		return "connection rejected: " + e.Err.Error()
 	}
-	return "cm: connection rejected by the peer"
+	return "connection rejected by the peer"
 }
 
 // Unwrap lets errors.Is(err, ErrRejected) hold, and errors.Is with the
@@ -202,7 +223,7 @@ func Ended(ctx context.Context, what string) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, what, err)
 	}
-	return fmt.Errorf("cm: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // RefusedConnect returns the rejection a failed connect(2) stands for, or nil:
@@ -216,8 +237,9 @@ func RefusedConnect(err error) *RejectedError {
 		}
 	}
 	if errors.Is(err, syscall.ENOENT) {
-		// No socket at the path: nobody listens there.
-		return &RejectedError{Reason: err.Error(), Err: syscall.ECONNREFUSED}
+		// No socket at the path: nobody listens there. Err is both, so
+		// that a test for either errno holds.
+		return &RejectedError{Reason: err.Error(), Err: errors.Join(syscall.ECONNREFUSED, syscall.ENOENT)}
 	}
 	return nil
 }

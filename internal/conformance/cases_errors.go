@@ -35,7 +35,7 @@ func init() {
 		// IRD is set by Modify here; an iWARP connection negotiates it and
 		// the responder raises its IRD to the initiator's ORD (RFC 6581).
 		Case{Name: "ReadWithZeroIRDGivesRemInvReqErr", Need: func(c Caps) bool { return c.Modify }, Run: testReadWithZeroIRDGivesRemInvReqErr},
-		Case{Name: "RNRRetryExceededGivesRnrRetryExcErr", Need: func(c Caps) bool { return c.RNR }, Run: testRNRRetryExceededGivesRnrRetryExcErr},
+		Case{Name: "RNRRetryExceededGivesRNRRetryExcErr", Need: func(c Caps) bool { return c.RNR }, Run: testRNRRetryExceededGivesRNRRetryExcErr},
 		Case{Name: "RNRInfiniteRetryWaitsForReceive", Need: func(c Caps) bool { return c.RNR }, Run: testRNRInfiniteRetryWaitsForReceive},
 		Case{Name: "PeerNotConnectedGivesRetryExcErr", Need: func(c Caps) bool { return c.Modify }, Run: testPeerNotConnectedGivesRetryExcErr},
 		Case{Name: "WriteWithImmConsumesReceive", Need: func(c Caps) bool { return c.Immediate }, Run: testWriteWithImmConsumesReceive},
@@ -573,17 +573,17 @@ func testReadWithZeroIRDGivesRemInvReqErr(t *testing.T, f Fixture) {
 	}
 }
 
-// RNRRetryExceededGivesRnrRetryExcErr: a SEND that finds no posted receive
+// RNRRetryExceededGivesRNRRetryExcErr: a SEND that finds no posted receive
 // is answered with RNR NAKs; after rnr_retry retries (min_rnr_timer apart)
 // the requester gives up with IBV_WC_RNR_RETRY_EXC_ERR (ibv_modify_qp(3),
 // IB spec 9.7.5.2.8). The responder is not harmed: it stays in RTS.
-func testRNRRetryExceededGivesRnrRetryExcErr(t *testing.T, f Fixture) {
+func testRNRRetryExceededGivesRNRRetryExcErr(t *testing.T, f Fixture) {
 	for _, retry := range []uint8{0, 1, 3} {
-		t.Run("RnrRetry"+string(rune('0'+retry)), func(t *testing.T) {
+		t.Run("RNRRetry"+string(rune('0'+retry)), func(t *testing.T) {
 			rc := DefaultRC
-			rc.RnrRetry, rc.MinRnrTimer = retry, 1
+			rc.RNRRetry, rc.MinRNRTimer = retry, 1
 			a, b := NewPair(t, f, PairOpts{RC: &rc})
-			errFailAndFlush(t, a, b, a.Send(1, 0, 64), verbs.WCRnrRetryExcErr)
+			errFailAndFlush(t, a, b, a.Send(1, 0, 64), verbs.WCRNRRetryExcErr)
 			errResponderUnharmed(t, f, b)
 		})
 	}
@@ -859,7 +859,7 @@ func testDeregisteredMRKeyStopsWorking(t *testing.T, f Fixture) {
 func testWCStatusesHaveNames(t *testing.T, f Fixture) {
 	produced := []verbs.WCStatus{
 		verbs.WCSuccess, verbs.WCLocLenErr, verbs.WCLocQPOpErr, verbs.WCLocProtErr, verbs.WCWRFlushErr,
-		verbs.WCRemInvReqErr, verbs.WCRemAccessErr, verbs.WCRemOpErr, verbs.WCRetryExcErr, verbs.WCRnrRetryExcErr,
+		verbs.WCRemInvReqErr, verbs.WCRemAccessErr, verbs.WCRemOpErr, verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr,
 		verbs.WCGeneralErr, verbs.WCFatalErr,
 	}
 	seen := map[string]verbs.WCStatus{}

@@ -120,7 +120,7 @@ func postRCRTR(t testing.TB, f Fixture, s, dest *Side) {
 	a.PathMTU = min(a.PathMTU, port.ActiveMTU)
 	a.MaxDestRdAtomic = uint8(min(int(a.MaxDestRdAtomic), s.Ctx.QueryDevice().MaxQPRdAtom))
 	postModify(t, s.QP, a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
-		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRnrTimer)
+		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
 }
 
 // postRCRTS moves an RC QP of s from RTR to RTS.
@@ -130,7 +130,7 @@ func postRCRTS(t testing.TB, s *Side) {
 	a.QPState = verbs.QPSRTS
 	a.MaxRdAtomic = uint8(min(int(a.MaxRdAtomic), s.Ctx.QueryDevice().MaxQPInitRdAtom))
 	postModify(t, s.QP, a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
-		verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic)
+		verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
 // postFlushRecv shows which receives are still posted on s's QP: it posts a
@@ -422,7 +422,7 @@ func testSRQLimitEvent(t *testing.T, f Fixture) {
 	}
 	arm := func(limit int) {
 		t.Helper()
-		if err := srq.Modify(verbs.SRQAttr{SRQLimit: limit}, verbs.SRQAttrLimit); err != nil {
+		if err := srq.Modify(&verbs.SRQAttr{SRQLimit: limit}, verbs.SRQAttrLimit); err != nil {
 			t.Fatalf("SRQ Modify(limit %d): %v", limit, err)
 		}
 		if sa, err := srq.Query(); err != nil || sa.SRQLimit != limit {

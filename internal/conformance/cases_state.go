@@ -26,6 +26,7 @@ func init() {
 		Case{Name: "RegMRAccessRules", Run: testRegMRAccessRules},
 		Case{Name: "DeviceAttributesAndPort", Run: testDeviceAttributesAndPort},
 		Case{Name: "CreateQPCapsChecked", Run: testCreateQPCapsChecked},
+		Case{Name: "CreateQPZeroValueDefaults", Run: testCreateQPZeroValueDefaults},
 	)
 }
 
@@ -44,10 +45,10 @@ func stRCStep(t *testing.T, f Fixture, st verbs.QPState, dest *Side) (verbs.QPAt
 		a.AHAttr = f.AHTo(t, dest.Ctx)
 		a.DestQPNum = dest.QP.Num()
 		return a, verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	case verbs.QPSRTS:
 		return a, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 	case verbs.QPSSQD:
 		return a, verbs.QPAttrState
 	}
@@ -131,7 +132,7 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "INIT->RTR without PATH_MTU", rtr, rtrM&^verbs.QPAttrPathMTU)
 	stRefuseModify(t, q, "INIT->RTR without RQ_PSN", rtr, rtrM&^verbs.QPAttrRQPSN)
 	stRefuseModify(t, q, "INIT->RTR without MAX_DEST_RD_ATOMIC", rtr, rtrM&^verbs.QPAttrMaxDestRdAtomic)
-	stRefuseModify(t, q, "INIT->RTR without MIN_RNR_TIMER", rtr, rtrM&^verbs.QPAttrMinRnrTimer)
+	stRefuseModify(t, q, "INIT->RTR without MIN_RNR_TIMER", rtr, rtrM&^verbs.QPAttrMinRNRTimer)
 	stRefuseModify(t, q, "INIT->RTR with SQ_PSN", rtr, rtrM|verbs.QPAttrSQPSN)
 	stRefuseModify(t, q, "INIT->RTS", rts, rtsM)
 	stRefuseModify(t, q, "INIT->SQD", verbs.QPAttr{QPState: verbs.QPSSQD}, verbs.QPAttrState)
@@ -140,7 +141,7 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "RTR->RTS without SQ_PSN", rts, rtsM&^verbs.QPAttrSQPSN)
 	stRefuseModify(t, q, "RTR->RTS without TIMEOUT", rts, rtsM&^verbs.QPAttrTimeout)
 	stRefuseModify(t, q, "RTR->RTS without RETRY_CNT", rts, rtsM&^verbs.QPAttrRetryCnt)
-	stRefuseModify(t, q, "RTR->RTS without RNR_RETRY", rts, rtsM&^verbs.QPAttrRnrRetry)
+	stRefuseModify(t, q, "RTR->RTS without RNR_RETRY", rts, rtsM&^verbs.QPAttrRNRRetry)
 	stRefuseModify(t, q, "RTR->RTS without MAX_QP_RD_ATOMIC", rts, rtsM&^verbs.QPAttrMaxQPRdAtomic)
 	stRefuseModify(t, q, "RTR->RTS with DEST_QPN", rts, rtsM|verbs.QPAttrDestQPN)
 	stRefuseModify(t, q, "RTR->INIT", init, initM)
@@ -153,10 +154,10 @@ func testModifyRequiresAttributes(t *testing.T, f Fixture) {
 	stRefuseModify(t, q, "CUR_STATE that is not the current state",
 		verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSInit}, verbs.QPAttrState|verbs.QPAttrCurState)
 	// An RTS->RTS with an allowed attribute, and a correct CUR_STATE, is accepted.
-	stModify(t, q, verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSRTS, MinRnrTimer: 3},
-		verbs.QPAttrState|verbs.QPAttrCurState|verbs.QPAttrMinRnrTimer)
-	if qa, _, _ := q.Query(); qa.MinRnrTimer != 3 || qa.DestQPNum != b.QP.Num() {
-		t.Fatalf("after RTS->RTS: min_rnr_timer %d, dest_qp_num %#x; want 3, %#x", qa.MinRnrTimer, qa.DestQPNum, b.QP.Num())
+	stModify(t, q, verbs.QPAttr{QPState: verbs.QPSRTS, CurQPState: verbs.QPSRTS, MinRNRTimer: 3},
+		verbs.QPAttrState|verbs.QPAttrCurState|verbs.QPAttrMinRNRTimer)
+	if qa, _, _ := q.Query(); qa.MinRNRTimer != 3 || qa.DestQPNum != b.QP.Num() {
+		t.Fatalf("after RTS->RTS: min_rnr_timer %d, dest_qp_num %#x; want 3, %#x", qa.MinRNRTimer, qa.DestQPNum, b.QP.Num())
 	}
 }
 
@@ -197,7 +198,7 @@ func testModifyValueChecks(t *testing.T, f Fixture) {
 		stRefuseModify(t, q, "INIT->RTR with max_dest_rd_atomic above max_qp_rd_atom", bad, rtrM)
 	}
 	bad = rtr
-	bad.MinRnrTimer = 32
+	bad.MinRNRTimer = 32
 	stRefuseModify(t, q, "INIT->RTR with min_rnr_timer 32", bad, rtrM)
 	stModify(t, q, rtr, rtrM)
 
@@ -208,7 +209,7 @@ func testModifyValueChecks(t *testing.T, f Fixture) {
 		stRefuseModify(t, q, "RTR->RTS with max_rd_atomic above max_qp_init_rd_atom", bad, rtsM)
 	}
 	bad = rts
-	bad.RnrRetry = 8
+	bad.RNRRetry = 8
 	stRefuseModify(t, q, "RTR->RTS with rnr_retry 8", bad, rtsM)
 	bad = rts
 	bad.RetryCnt = 8
@@ -239,10 +240,10 @@ func testQueryReportsAttributes(t *testing.T, f Fixture) {
 			t.Fatalf("Query: state %v, dest_qp_num %#x; want RTS, %#x", attr.QPState, attr.DestQPNum, s.peer.QP.Num())
 		}
 		if attr.QPAccessFlags != DefaultRC.QPAccessFlags || attr.MaxRdAtomic != DefaultRC.MaxRdAtomic ||
-			attr.MaxDestRdAtomic != DefaultRC.MaxDestRdAtomic || (f.Caps().RNR && attr.RnrRetry != DefaultRC.RnrRetry) {
+			attr.MaxDestRdAtomic != DefaultRC.MaxDestRdAtomic || (f.Caps().RNR && attr.RNRRetry != DefaultRC.RNRRetry) {
 			t.Fatalf("Query: access %v, max_rd_atomic %d, max_dest_rd_atomic %d, rnr_retry %d; want %v, %d, %d, %d",
-				attr.QPAccessFlags, attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.RnrRetry,
-				DefaultRC.QPAccessFlags, DefaultRC.MaxRdAtomic, DefaultRC.MaxDestRdAtomic, DefaultRC.RnrRetry)
+				attr.QPAccessFlags, attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.RNRRetry,
+				DefaultRC.QPAccessFlags, DefaultRC.MaxRdAtomic, DefaultRC.MaxDestRdAtomic, DefaultRC.RNRRetry)
 		}
 		c := attr.Cap
 		if c.MaxSendWR < 16 || c.MaxRecvWR < 16 || c.MaxSendSGE < 4 || c.MaxRecvSGE < 4 || c.MaxInlineData < 64 {
@@ -430,8 +431,9 @@ func testSQDDrainsAndRaisesEvent(t *testing.T, f Fixture) {
 }
 
 // DestroyedQPRejectsPosts: a destroyed QP accepts nothing more (ErrClosed
-// for posts, Modify and a second Destroy), and destroying it discards its
-// outstanding work without completions (ibv_destroy_qp(3)).
+// for posts and Modify; a second Destroy is nil, goverbs' rule for every
+// second Destroy), and destroying it discards its outstanding work
+// without completions (ibv_destroy_qp(3)).
 func testDestroyedQPRejectsPosts(t *testing.T, f Fixture) {
 	a, _ := NewPair(t, f, PairOpts{})
 	a.MustPostRecv(t, a.Recv(100, 0, 64))
@@ -445,8 +447,8 @@ func testDestroyedQPRejectsPosts(t *testing.T, f Fixture) {
 	if err := q.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("Modify of a destroyed QP: %v, want ErrClosed", err)
 	}
-	if err := q.Destroy(); !errors.Is(err, verbs.ErrClosed) {
-		t.Fatalf("second Destroy: %v, want ErrClosed", err)
+	if err := q.Destroy(); err != nil {
+		t.Fatalf("second Destroy: %v, want nil", err)
 	}
 	ExpectEmpty(t, a.SendCQ)
 	ExpectEmpty(t, a.RecvCQ)
@@ -457,7 +459,8 @@ func testDestroyedQPRejectsPosts(t *testing.T, f Fixture) {
 // (ibv_dealloc_pd(3)), a CQ used by a QP (ibv_destroy_cq(3)), an SRQ a QP is
 // attached to (ibv_destroy_srq(3)), a completion channel with CQs
 // (ibv_destroy_comp_channel(3)). Destroyed children first, each succeeds;
-// destroying anything twice gives ErrClosed.
+// destroying anything a second time returns nil (goverbs' rule: the object
+// is gone either way), and does not free anything twice.
 func testDestroyResourcesChildrenFirst(t *testing.T, f Fixture) {
 	ctx, _ := f.Open(t)
 	pd, err := ctx.AllocPD()
@@ -532,8 +535,8 @@ func testDestroyResourcesChildrenFirst(t *testing.T, f Fixture) {
 
 	closed := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, verbs.ErrClosed) {
-			t.Errorf("second %s: %v, want ErrClosed", what, err)
+		if err != nil {
+			t.Errorf("second %s: %v, want nil", what, err)
 		}
 	}
 	closed("Dereg", mr.Dereg())
@@ -631,8 +634,8 @@ func testRegMRAccessRules(t *testing.T, f Fixture) {
 		if err := mr.Dereg(); err != nil {
 			t.Errorf("Dereg: %v", err)
 		}
-		if err := mr.Dereg(); !errors.Is(err, verbs.ErrClosed) {
-			t.Errorf("second Dereg: %v, want ErrClosed", err)
+		if err := mr.Dereg(); err != nil {
+			t.Errorf("second Dereg: %v, want nil", err)
 		}
 	}
 	mrs = nil
@@ -693,8 +696,7 @@ func testDeviceAttributesAndPort(t *testing.T, f Fixture) {
 }
 
 // CreateQPCapsChecked: ibv_create_qp(3) refuses capabilities beyond the
-// device's limits (max_qp_wr, max_sge, the inline limit) and negative ones,
-// a missing CQ and a CQ of another context (ErrInvalid); ibv_create_srq(3)
+// device's limits (max_qp_wr, max_sge, the inline limit), a missing CQ and a CQ of another context (ErrInvalid); ibv_create_srq(3)
 // likewise refuses more than max_srq_wr. A QP type the provider does not
 // implement fails with ErrNotSupported, never with another error.
 func testCreateQPCapsChecked(t *testing.T, f Fixture) {
@@ -725,7 +727,6 @@ func testCreateQPCapsChecked(t *testing.T, f Fixture) {
 		"max_send_sge above max_sge":    withCap(func(c *verbs.QPCap) { c.MaxSendSGE = da.MaxSGE + 1 }),
 		"max_recv_sge above max_sge":    withCap(func(c *verbs.QPCap) { c.MaxRecvSGE = da.MaxSGE + 1 }),
 		"max_inline_data above limit":   withCap(func(c *verbs.QPCap) { c.MaxInlineData = da.MaxInlineData + 1 }),
-		"negative max_send_wr":          withCap(func(c *verbs.QPCap) { c.MaxSendWR = -1 }),
 		"no send CQ":                    {RecvCQ: s.RecvCQ, QPType: verbs.QPTRC, Cap: base},
 		"no receive CQ":                 {SendCQ: s.SendCQ, QPType: verbs.QPTRC, Cap: base},
 		"send CQ of another context":    {SendCQ: cq2, RecvCQ: s.RecvCQ, QPType: verbs.QPTRC, Cap: base},
@@ -759,5 +760,40 @@ func testCreateQPCapsChecked(t *testing.T, f Fixture) {
 	if c := qa.Cap; c.MaxSendWR < base.MaxSendWR || c.MaxRecvWR < base.MaxRecvWR || c.MaxSendSGE < 1 || c.MaxRecvSGE < 1 ||
 		c.MaxInlineData < min(da.MaxInlineData, 32) || qa.QPState != verbs.QPSReset {
 		t.Fatalf("new QP: state %v, capabilities %+v; want RESET and at least %+v", qa.QPState, c, base)
+	}
+}
+
+// CreateQPZeroValueDefaults: goverbs' rule for zero values. A QPInitAttr
+// with nothing but its CQs makes an RC QP with 16 work requests and 1
+// scatter/gather element each way (at least: a provider may round up);
+// a negative capability asks for none.
+func testCreateQPZeroValueDefaults(t *testing.T, f Fixture) {
+	ctx, _ := f.Open(t)
+	s := NewSide(t, ctx, verbs.QPTRC, PairOpts{})
+	q, err := s.PD.CreateQP(verbs.QPInitAttr{SendCQ: s.SendCQ, RecvCQ: s.RecvCQ})
+	if err != nil {
+		t.Fatalf("CreateQP of a zero QPInitAttr: %v", err)
+	}
+	t.Cleanup(func() { q.Destroy() })
+	if q.Type() != verbs.QPTRC {
+		t.Errorf("QP type %v, want RC", q.Type())
+	}
+	_, ia, err := q.Query()
+	if err != nil {
+		t.Fatalf("Query: %v", err)
+	}
+	if c := ia.Cap; c.MaxSendWR < 16 || c.MaxRecvWR < 16 || c.MaxSendSGE < 1 || c.MaxRecvSGE < 1 {
+		t.Errorf("capabilities of a zero QPCap: %+v, want at least 16 WRs and 1 SGE each way", c)
+	}
+	if ia.QPType != verbs.QPTRC {
+		t.Errorf("queried QP type %v, want RC", ia.QPType)
+	}
+	q2, err := s.PD.CreateQP(verbs.QPInitAttr{SendCQ: s.SendCQ, RecvCQ: s.RecvCQ, Cap: verbs.QPCap{MaxSendSGE: -1}})
+	if err != nil {
+		t.Fatalf("CreateQP with MaxSendSGE -1: %v", err)
+	}
+	t.Cleanup(func() { q2.Destroy() })
+	if _, ia, err := q2.Query(); err != nil || ia.Cap.MaxSendWR < 16 {
+		t.Errorf("Query of a QP asking for no send SGE: %+v, %v", ia.Cap, err)
 	}
 }

@@ -28,6 +28,12 @@ type Caps struct {
 	Invalidate bool // SEND_WITH_INV
 	Modify     bool // RC QPs are connected by Modify (INIT->RTR with DEST_QPN), not by a CM
 	Flush      bool // FLUSH and ATOMIC_WRITE (IBTA 1.5; between goverbs peers on iWARP)
+	// MemoryWindows: type 1 and 2 windows (ibv_alloc_mw, ibv_bind_mw,
+	// BIND_MW and LOCAL_INV work requests); without it AllocMW must
+	// return ErrNotSupported.
+	MemoryWindows bool
+	Rereg         bool // ibv_rereg_mr (else MR.Rereg returns ErrNotSupported)
+	ResizeCQ      bool // ibv_resize_cq (else CQ.Resize returns ErrNotSupported)
 	// AsyncErrors: remote errors are reported as on iWARP, asynchronously
 	// (a Terminate message) after the failing request may have completed
 	// locally, and an error on either end takes both QPs to ERR. Without it
@@ -51,7 +57,7 @@ type Fixture interface {
 	Open(t testing.TB) (a, b *verbs.Context)
 	// Connect brings RC QPs a and b from RESET to RTS, connected to each
 	// other, with the RC attributes in attr (QPAccessFlags, MaxRdAtomic,
-	// MaxDestRdAtomic, MinRnrTimer, RnrRetry, RetryCnt, Timeout).
+	// MaxDestRdAtomic, MinRNRTimer, RNRRetry, RetryCnt, Timeout).
 	Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error
 	// ActivateUD brings a UD QP from RESET to RTS with the Q_Key.
 	ActivateUD(t testing.TB, q *verbs.QP, qkey uint32) error
@@ -115,10 +121,10 @@ var DefaultRC = verbs.QPAttr{
 	PathMTU:         verbs.MTU4096,
 	MaxRdAtomic:     16,
 	MaxDestRdAtomic: 16,
-	MinRnrTimer:     1,
+	MinRNRTimer:     1,
 	Timeout:         14,
 	RetryCnt:        7,
-	RnrRetry:        7,
+	RNRRetry:        7,
 }
 
 // Side is one end of a test connection: its context, PD, CQs, QP and a

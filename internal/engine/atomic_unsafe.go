@@ -65,3 +65,7 @@ func AtomicStoreAt(b []byte, v [8]byte) bool {
 	}
 	return ok
 }
+
+// addrOf returns the address of b's first byte (the start of its array
+// when b is empty).
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

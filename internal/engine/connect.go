@@ -69,7 +69,7 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 	q.deny.Store(m)
 	q.setTransport(t)
 	q.attr.MaxDestRdAtomic, q.attr.MaxRdAtomic = p.IRD, p.ORD
-	q.attr.RnrRetry = min(p.RNRRetry, 7)
+	q.attr.RNRRetry = min(p.RNRRetry, 7)
 	q.aird.Store(uint32(p.IRD))
 	q.setState(verbs.QPSRTS)
 	q.attachProgress()
@@ -83,6 +83,10 @@ func (e Endpoint) Establish(t Transport, p ConnParams) error {
 func (q *QP) setTransport(t Transport) {
 	q.t = t
 	q.direct, _ = t.(DirectSender)
+	q.lanes, _ = t.(LaneSender)
+	if q.direct == nil {
+		q.lanes = nil // a lane's window is a DirectSender's
+	}
 	q.batch, _ = t.(Batcher)
 }
 

@@ -17,12 +17,10 @@ import (
 // on several goroutines push and the application polls without a lock, and
 // neither allocates.
 type CQ struct {
-	v    *verbs.CQ
-	ctx  *Context
-	ch   *CompChannel
-	mask uint64
-	cqe  int
-	ring []cqSlot
+	v   *verbs.CQ
+	ctx *Context
+	ch  *CompChannel
+	r   atomic.Pointer[cqRing] // replaced only by Resize (cq_resize.go)
 
 	_    [64]byte // keep producer and consumer indices on separate cache lines
 	tail atomic.Uint64
@@ -38,6 +36,7 @@ type CQ struct {
 
 	refs      atomic.Int32 // QPs and SRQs using the CQ
 	destroyed atomic.Bool
+	rmu       sync.Mutex // one Resize at a time
 
 	// pollers are the transports of the CQ's QPs that polled mode drives:
 	// Poll calls them when the ring is empty (copy-on-write; read with one
@@ -109,15 +108,17 @@ func newCQ(ctx *Context, v *verbs.CQ, cqe int, ch *CompChannel) *CQ {
 	for n < cqe {
 		n <<= 1
 	}
-	cq := &CQ{v: v, ctx: ctx, ch: ch, mask: uint64(n - 1), cqe: n, ring: make([]cqSlot, n)}
-	for i := range cq.ring {
-		cq.ring[i].seq.Store(uint64(i))
+	cq := &CQ{v: v, ctx: ctx, ch: ch}
+	r := &cqRing{slots: make([]cqSlot, n), mask: uint64(n - 1)}
+	for i := range r.slots {
+		r.slots[i].seq.Store(uint64(i))
 	}
+	cq.r.Store(r)
 	return cq
 }
 
 // CQE returns the capacity.
-func (cq *CQ) CQE() int { return cq.cqe }
+func (cq *CQ) CQE() int { return len(cq.r.Load().slots) }
 
 // push adds a completion. solicited marks a receive completion of a message
 // sent with the solicited-event flag. It reports false when the CQ is full:
@@ -125,12 +126,16 @@ func (cq *CQ) CQE() int { return cq.cqe }
 func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 	for {
 		pos := cq.tail.Load()
-		s := &cq.ring[pos&cq.mask]
+		r := cq.r.Load()
+		s := &r.slots[pos&r.mask]
 		seq := s.seq.Load()
 		switch {
 		case seq == pos:
 			if !cq.tail.CompareAndSwap(pos, pos+1) {
 				continue
+			}
+			if r2 := cq.r.Load(); r2 != r { // a Resize came between the loads and the CAS
+				s = &r2.slots[pos&r2.mask]
 			}
 			copyWC(&s.wc, wc)
 			// The arming is taken before the completion is visible, as a
@@ -154,7 +159,7 @@ func (cq *CQ) push(wc *verbs.WC, solicited bool) bool {
 			// The slot still holds the completion of the previous lap. When
 			// a poller has already taken it (head is past it) and is copying
 			// it out, it is about to be free: the CQ is not full.
-			if cq.head.Load()+cq.mask+1 > pos {
+			if pos&cqClosed != 0 || cq.r.Load() != r || cq.head.Load()+r.mask+1 > pos {
 				runtime.Gosched()
 				continue
 			}
@@ -239,21 +244,25 @@ func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 	n := 0
 	for n < len(wc) {
 		pos := cq.head.Load()
-		s := &cq.ring[pos&cq.mask]
+		r := cq.r.Load()
+		s := &r.slots[pos&r.mask]
 		seq := s.seq.Load()
 		if seq != pos+1 {
 			if seq < pos+1 {
-				break // empty
+				break // empty (or closed by a Resize)
 			}
 			continue // another poller took it
 		}
 		if !cq.head.CompareAndSwap(pos, pos+1) {
 			continue
 		}
+		if r2 := cq.r.Load(); r2 != r { // a Resize came between the loads and the CAS
+			r, s = r2, &r2.slots[pos&r2.mask]
+		}
 		copyWC(&wc[n], &s.wc)
 		// The slot is free for the next lap: a release store suffices (the
 		// copy above is done before it; push only reads seq).
-		atomicx.ReleaseU64(&s.seq, pos+cq.mask+1)
+		atomicx.ReleaseU64(&s.seq, pos+r.mask+1)
 		n++
 	}
 	if n == 0 && cq.overflow.Load() {
@@ -264,7 +273,8 @@ func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 
 func (cq *CQ) empty() bool {
 	pos := cq.head.Load()
-	return cq.ring[pos&cq.mask].seq.Load() != pos+1
+	r := cq.r.Load()
+	return r.slots[pos&r.mask].seq.Load() != pos+1
 }
 
 // isArmed reports whether ReqNotify armed the CQ and no event fired since:

@@ -58,7 +58,7 @@ func (q *QP) resolveRemote(rkey uint32, addr uint64, n uint32, need verbs.Access
 	if qacc := verbs.AccessFlags(q.aaccess.Load()); qacc&need != need {
 		return nil, FaultAccess
 	}
-	b, _, f := q.dev.resolve(rkey, q.pd, addr, n, need)
+	b, _, f := q.dev.resolve(rkey, q, addr, n, need)
 	return b, f
 }
 
@@ -89,7 +89,7 @@ func (q *QP) flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType) Faul
 	if n == 0 {
 		return FaultNone
 	}
-	b, _, f := q.dev.resolve(rkey, q.pd, addr, n, need)
+	b, _, f := q.dev.resolve(rkey, q, addr, n, need)
 	if f != FaultNone {
 		return f
 	}
@@ -119,18 +119,8 @@ func (q *QP) atomicWrite(rkey uint32, addr uint64, v [8]byte) Fault {
 	return FaultNone
 }
 
-// invalidate is Responder.Invalidate.
-func (q *QP) invalidate(rkey uint32) Fault {
-	mr := q.dev.mrs.lookup(rkey)
-	if mr == nil {
-		return FaultKey
-	}
-	if mr.pd != q.pd {
-		return FaultPD
-	}
-	mr.invalidate()
-	return FaultNone
-}
+// invalidate is Responder.Invalidate (see invalidateKey).
+func (q *QP) invalidate(rkey uint32) Fault { return q.invalidateKey(rkey) }
 
 // CopyInto copies src into the segment list dst starting at byte offset off
 // of the list, and returns the number of bytes copied (less than len(src)

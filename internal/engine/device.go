@@ -282,8 +282,14 @@ func (pd *PD) Dealloc() error {
 	return nil
 }
 
+// errPDGone is the error of a deallocated PD's use.
+var errPDGone = fmt.Errorf("%w: protection domain deallocated", verbs.ErrClosed)
+
 // RegMR implements driver.PD.
 func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFlags) (driver.MR, error) {
+	if pd.dead.Load() {
+		return nil, errPDGone
+	}
 	if uint64(len(buf)) > pd.ctx.dev.cfg.Attr.MaxMRSize {
 		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), pd.ctx.dev.cfg.Attr.MaxMRSize)
 	}
@@ -297,6 +303,9 @@ func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFla
 
 // CreateAH implements driver.PD.
 func (pd *PD) CreateAH(v *verbs.AH, attr *verbs.AHAttr) (driver.AH, error) {
+	if pd.dead.Load() {
+		return nil, errPDGone
+	}
 	if attr.PortNum != 1 {
 		return nil, fmt.Errorf("%w: AH port %d", verbs.ErrInvalid, attr.PortNum)
 	}

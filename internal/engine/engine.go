@@ -26,6 +26,10 @@
 //     (the requests of a list one after the other, then DirectEnd);
 //     OneSided carries out a WRITE or READ of one segment (a request
 //     posted alone takes PostSend's shortest path, postOne).
+//   - LaneSender (a DirectSender): lends PostSend its mapping of a peer's
+//     region for the rest of a window, so that the WRITEs and READs of a
+//     list are carried out by the engine in line (postRun), with no call
+//     into the transport per request.
 //
 // # What the engine gives it
 //

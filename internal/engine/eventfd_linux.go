@@ -2,7 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
-	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +17,7 @@ var noEventFD = eventFD{-1}
 func newEventFD() (eventFD, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_SEMAPHORE|unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
-		return eventFD{-1}, fmt.Errorf("engine: eventfd: %w", err)
+		return eventFD{-1}, os.NewSyscallError("eventfd", err)
 	}
 	return eventFD{fd}, nil
 }

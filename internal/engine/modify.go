@@ -22,7 +22,7 @@ const (
 	mCur     = verbs.QPAttrCurState
 	mAlt     = verbs.QPAttrAltPath
 	mMig     = verbs.QPAttrPathMigState
-	mRnrT    = verbs.QPAttrMinRnrTimer
+	mRnrT    = verbs.QPAttrMinRNRTimer
 	rtsOptRC = mCur | mAccess | mAlt | mMig | mRnrT
 	rtsOptUD = mCur | mQKey
 )
@@ -36,7 +36,7 @@ var transitions = map[[2]verbs.QPState]transition{
 		opt: [2]verbs.QPAttrMask{mAlt | mAccess | mPKey, mPKey | mQKey},
 	},
 	{verbs.QPSRTR, verbs.QPSRTS}: {
-		req: [2]verbs.QPAttrMask{verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic, verbs.QPAttrSQPSN},
+		req: [2]verbs.QPAttrMask{verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic, verbs.QPAttrSQPSN},
 		opt: [2]verbs.QPAttrMask{rtsOptRC, rtsOptUD},
 	},
 	{verbs.QPSRTS, verbs.QPSRTS}: {opt: [2]verbs.QPAttrMask{rtsOptRC, rtsOptUD}},
@@ -44,7 +44,7 @@ var transitions = map[[2]verbs.QPState]transition{
 	{verbs.QPSSQD, verbs.QPSRTS}: {opt: [2]verbs.QPAttrMask{rtsOptRC, rtsOptUD}},
 	{verbs.QPSSQD, verbs.QPSSQD}: {opt: [2]verbs.QPAttrMask{
 		verbs.QPAttrAV | mAlt | mAccess | mPKey | mRnrT | mMig | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic | verbs.QPAttrMaxDestRdAtomic | mPort,
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic | verbs.QPAttrMaxDestRdAtomic | mPort,
 		mPKey | mQKey}},
 	{verbs.QPSSQE, verbs.QPSRTS}: {opt: [2]verbs.QPAttrMask{0, mCur | mQKey}},
 }
@@ -106,11 +106,11 @@ func (q *QP) checkModify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.QPAttrAccessFlags != 0 && a.QPAccessFlags&^(verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic|verbs.AccessLocalWrite) != 0 {
 		return fmt.Errorf("%w: QP access flags %v", verbs.ErrInvalid, a.QPAccessFlags)
 	}
-	if mask&(verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry) != 0 && (a.RetryCnt > 7 || a.RnrRetry > 7) {
-		return fmt.Errorf("%w: retry counts are 3 bits (retry_cnt %d, rnr_retry %d)", verbs.ErrInvalid, a.RetryCnt, a.RnrRetry)
+	if mask&(verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry) != 0 && (a.RetryCnt > 7 || a.RNRRetry > 7) {
+		return fmt.Errorf("%w: retry counts are 3 bits (retry_cnt %d, rnr_retry %d)", verbs.ErrInvalid, a.RetryCnt, a.RNRRetry)
 	}
-	if mask&verbs.QPAttrMinRnrTimer != 0 && a.MinRnrTimer > 31 {
-		return fmt.Errorf("%w: min_rnr_timer %d (5 bits)", verbs.ErrInvalid, a.MinRnrTimer)
+	if mask&verbs.QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+		return fmt.Errorf("%w: min_rnr_timer %d (5 bits)", verbs.ErrInvalid, a.MinRNRTimer)
 	}
 	if mask&verbs.QPAttrDestQPN != 0 && a.DestQPNum > 0xFFFFFF {
 		return fmt.Errorf("%w: destination QP number %#x (24 bits)", verbs.ErrInvalid, a.DestQPNum)
@@ -210,8 +210,8 @@ func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
 	if m&verbs.QPAttrRetryCnt != 0 {
 		t.RetryCnt = a.RetryCnt
 	}
-	if m&verbs.QPAttrRnrRetry != 0 {
-		t.RnrRetry = a.RnrRetry
+	if m&verbs.QPAttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
 	}
 	if m&verbs.QPAttrRQPSN != 0 {
 		t.RQPSN = a.RQPSN
@@ -222,8 +222,8 @@ func (q *QP) applyAttr(a *verbs.QPAttr, m verbs.QPAttrMask) {
 	if m&verbs.QPAttrAltPath != 0 {
 		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
 	}
-	if m&verbs.QPAttrMinRnrTimer != 0 {
-		t.MinRnrTimer = a.MinRnrTimer
+	if m&verbs.QPAttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
 	}
 	if m&verbs.QPAttrSQPSN != 0 {
 		t.SQPSN = a.SQPSN

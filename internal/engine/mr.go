@@ -27,6 +27,14 @@ type MR struct {
 	gone   atomic.Bool // deregistered
 	dev    *Device
 
+	// A memory window's entry (mw.go): the window, the QP a type 2
+	// window is bound to, and the region its range lies in (nil when
+	// unbound). windows counts, on a region, the windows bound in it.
+	win     *MW
+	wqp     *QP
+	target  *MR
+	windows atomic.Int32
+
 	// revokers are told when the keys stop working: a provider that gave
 	// another process direct access to the region (shm) withdraws it.
 	rmu      sync.Mutex
@@ -50,9 +58,15 @@ func (mr *MR) Bytes() []byte { return mr.buf }
 // Addr returns the region's address (its first byte's remote address).
 func (mr *MR) Addr() uint64 { return mr.addr }
 
-// Buffer returns the AllocBuffer the region lies in and the region's
+// Buffer returns the AllocBuffer the region (or window) lies in and its
 // offset in it, or nil (verbs.MR.Buffer).
-func (mr *MR) Buffer() (*verbs.Buffer, int) { return mr.v.Buffer() }
+func (mr *MR) Buffer() (*verbs.Buffer, int) {
+	b := verbs.BufferOf(mr.buf)
+	if b == nil {
+		return nil, 0
+	}
+	return b, int(addrOf(mr.buf) - addrOf(b.Bytes()))
+}
 
 // Access returns the region's access flags.
 func (mr *MR) Access() verbs.AccessFlags { return mr.access }
@@ -118,6 +132,12 @@ func (mr *MR) Dereg() error {
 	// registered: it must still be deregistered (and release its PD).
 	if mr.gone.Swap(true) {
 		return verbs.ErrClosed
+	}
+	// A bind counts itself in windows before it checks gone: one of the
+	// two sees the other.
+	if n := mr.windows.Load(); n > 0 {
+		mr.gone.Store(false)
+		return fmt.Errorf("%w: %d memory windows are bound to the region", verbs.ErrBusy, n)
 	}
 	mr.revoke()
 	mr.dev.mrs.remove(mr)
@@ -221,7 +241,7 @@ func (t *mrTable) add(mr *MR, limit int) error {
 		}
 		mr.key = t.scramble(t.next)<<8 | randUint32()&0xFF
 		mr.dev = mr.pd.ctx.dev
-		mr.valid.Store(true)
+		mr.valid.Store(mr.win == nil) // a new window is not bound
 		slot.Store(mr)
 		t.count++
 		return nil
@@ -237,6 +257,36 @@ func (t *mrTable) remove(mr *MR) {
 	}
 }
 
+// replace puts n in old's slot (a window's new binding: n has old's key
+// index).
+func (t *mrTable) replace(old, n *MR) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx := t.unscramble(old.key >> 8)
+	if c := t.dir[idx>>12].Load(); c != nil {
+		c[idx&0xFFF].CompareAndSwap(old, n)
+	}
+}
+
+// rekey puts n in old's slot with a new key of the same index (Rereg),
+// and reports false when old is no longer in the table.
+func (t *mrTable) rekey(old, n *MR) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx := t.unscramble(old.key >> 8)
+	c := t.dir[idx>>12].Load()
+	if c == nil {
+		return false
+	}
+	b := randUint32() & 0xFF
+	if b == old.key&0xFF {
+		b ^= 1 + randUint32()%0xFF // any other byte
+	}
+	n.key = old.key&^0xFF | b
+	n.valid.Store(true)
+	return c[idx&0xFFF].CompareAndSwap(old, n)
+}
+
 func (t *mrTable) lookup(key uint32) *MR {
 	idx := t.unscramble(key >> 8)
 	c := t.dir[idx>>12].Load()
@@ -250,14 +300,15 @@ func (t *mrTable) lookup(key uint32) *MR {
 	return mr
 }
 
-// resolve checks an access of n bytes at addr through key for pd and returns
-// the memory.
-func (d *Device) resolve(key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
+// resolve checks an access of n bytes at addr through the remote key key
+// for QP q and returns the memory. A type 2 window answers only the QP it
+// is bound to.
+func (d *Device) resolve(key uint32, q *QP, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
 	mr := d.mrs.lookup(key)
-	if mr == nil {
+	if mr == nil || mr.wqp != nil && mr.wqp != q {
 		return nil, nil, FaultKey
 	}
-	return check(mr, pd, addr, n, need)
+	return check(mr, q.pd, addr, n, need)
 }
 
 // resolveCached is resolve through a one-entry cache of the region last
@@ -277,14 +328,13 @@ func (d *Device) resolveCached(cache **MR, key uint32, pd *PD, addr uint64, n ui
 // resolveMiss is resolveCached when the cache does not hold the region
 // (kept apart so that the hit inlines).
 func (d *Device) resolveMiss(cache **MR, key uint32, pd *PD, addr uint64, n uint32, need verbs.AccessFlags) ([]byte, *MR, Fault) {
-	if cache == nil {
-		return d.resolve(key, pd, addr, n, need)
-	}
 	mr := d.mrs.lookup(key)
-	if mr == nil {
+	if mr == nil || mr.win != nil { // a window's key is not a local key
 		return nil, nil, FaultKey
 	}
-	*cache = mr
+	if cache != nil {
+		*cache = mr
+	}
 	return check(mr, pd, addr, n, need)
 }
 

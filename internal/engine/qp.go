@@ -28,6 +28,7 @@ type QP struct {
 	deny   atomic.Uint32 // opcodes (as 1<<op) the connected peer cannot execute
 	t      Transport
 	direct DirectSender // t, when it has the direct path
+	lanes  LaneSender   // t, when it lends lanes (and is a DirectSender)
 	batch  Batcher      // t, when it gathers queued requests into one write
 	cm     bool         // connected by a connection manager, not by Modify
 	prog   atomic.Pointer[progress]
@@ -79,6 +80,9 @@ type QP struct {
 
 // CreateQP implements driver.PD.
 func (pd *PD) CreateQP(v *verbs.QP, attr *verbs.QPInitAttr) (driver.QP, error) {
+	if pd.dead.Load() {
+		return nil, errPDGone
+	}
 	dev := pd.ctx.dev
 	a := dev.cfg.Attr
 	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUD {

@@ -25,6 +25,9 @@ type SRQ struct {
 
 // CreateSRQ implements driver.PD.
 func (pd *PD) CreateSRQ(v *verbs.SRQ, attr *verbs.SRQInitAttr) (driver.SRQ, error) {
+	if pd.dead.Load() {
+		return nil, errPDGone
+	}
 	a := pd.ctx.dev.cfg.Attr
 	if attr.Attr.MaxWR > a.MaxSRQWR || attr.Attr.MaxSGE > a.MaxSRQSGE {
 		return nil, fmt.Errorf("%w: SRQ of %d WRs, %d SGEs exceeds the device's %d, %d",

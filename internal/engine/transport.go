@@ -95,6 +95,41 @@ type DirectSender interface {
 	DirectDone()
 }
 
+// LaneSender is a DirectSender that lends PostSend its access to a peer's
+// region for the rest of a window, so that the requests of a list that
+// fall in it are carried out by the engine itself: bounds checked and
+// data copied in line, with no call into the transport per request (a
+// OneSided call and its checks were half of the instructions of an
+// 8-byte WRITE posted in a list).
+//
+// OpenLane opens the window if it is not open (as OneSided does; DirectEnd
+// closes it) and returns the lane of the region rkey allowing the remote
+// access need (AccessRemoteWrite or AccessRemoteRead), checked as
+// OneSided would check a request on it but for the request's bounds; nil
+// when such requests must go through OneSided (which then decides how
+// each goes). The lane stays valid, and the transport does not change it
+// but through OpenLane, until DirectEnd or any other call into the
+// transport; it is the transport's memory (no allocation per window).
+// Before each request carried out on it, PostSend calls Hook if it is set
+// and counts the request in N, which the transport adds to its own counts
+// at DirectEnd.
+type LaneSender interface {
+	OpenLane(rkey uint32, need verbs.AccessFlags) *Lane
+}
+
+// Lane is a peer's region as LaneSender lends it: the remote addresses
+// [Base, Base+len(Mem)) of the region RKey are Mem, mapped here, for the
+// remote accesses in Need, by requests of at most Max bytes.
+type Lane struct {
+	RKey uint32
+	Need verbs.AccessFlags
+	Max  uint32
+	Base uint64
+	Mem  []byte
+	N    uint64
+	Hook func()
+}
+
 // Batcher is a Transport that writes requests queued one behind another
 // together: one system call for several, as a doorbell rung once for a
 // list. Send learns from WQE.More that the engine has another request ready
@@ -164,6 +199,7 @@ type WQE struct {
 	fault    verbs.WCStatus // the status a fault gives it
 	sge      []verbs.SGE
 	inl      []byte
+	bind     verbs.BindMW // a BIND_MW's, copied at the post
 }
 
 // Seq identifies the request for Requester.Complete; slots are reused,
@@ -295,7 +331,7 @@ func (r Requester) Resume() {
 func (r Requester) RNRRetry() uint8 {
 	r.q.mu.Lock()
 	defer r.q.mu.Unlock()
-	return r.q.attr.RnrRetry
+	return r.q.attr.RNRRetry
 }
 
 // Responder is the receive side of a QP as its transport sees it: where
@@ -329,7 +365,7 @@ func (r Responder) Access() verbs.AccessFlags { return verbs.AccessFlags(r.q.aac
 func (r Responder) MinRNRTimer() uint8 {
 	r.q.mu.Lock()
 	defer r.q.mu.Unlock()
-	return r.q.attr.MinRnrTimer
+	return r.q.attr.MinRNRTimer
 }
 
 // QKey returns the QP's Q_Key (UD).
@@ -401,7 +437,7 @@ func (r Responder) Resolve(rkey uint32, addr uint64, n uint32, need verbs.Access
 // bounds and QP checks are then the transport's to make.
 func (r Responder) Region(rkey uint32) (*MR, Fault) {
 	mr := r.q.dev.mrs.lookup(rkey)
-	if mr == nil {
+	if mr == nil || mr.wqp != nil && mr.wqp != r.q {
 		return nil, FaultKey
 	}
 	if mr.pd != r.q.pd {
@@ -441,8 +477,9 @@ func (r Responder) Flush(rkey uint32, addr uint64, n uint32, typ verbs.FlushType
 	return r.q.flush(rkey, addr, n, typ)
 }
 
-// Invalidate carries out a Send with Invalidate's request: the region
-// named by rkey, of the QP's PD, stops working.
+// Invalidate carries out a Send with Invalidate's request: the region or
+// type 2 memory window named by rkey, of the QP's PD, stops working (a
+// type 1 window cannot be invalidated so: FaultAccess).
 func (r Responder) Invalidate(rkey uint32) Fault { return r.q.invalidate(rkey) }
 
 // Fail moves the QP to ERR, flushing its work.

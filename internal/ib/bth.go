@@ -228,10 +228,10 @@ const (
 
 // Errors of Parse.
 var (
-	ErrShort   = errors.New("ib: packet shorter than its headers")
-	ErrOpcode  = errors.New("ib: unknown opcode")
-	ErrVersion = errors.New("ib: transport header version is not 0")
-	ErrPad     = errors.New("ib: pad count beyond the payload")
+	ErrShort   = errors.New("packet shorter than its headers")
+	ErrOpcode  = errors.New("unknown opcode")
+	ErrVersion = errors.New("transport header version is not 0")
+	ErrPad     = errors.New("pad count beyond the payload")
 )
 
 // Packet is a parsed packet: its headers' fields and its payload, which

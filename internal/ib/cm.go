@@ -67,7 +67,7 @@ func PutCMHeader(m []byte, attr uint16, tid uint64) {
 
 // ErrMAD reports a management datagram that is not a CM message of the
 // version this package speaks.
-var ErrMAD = errors.New("ib: not a CM MAD (class 7, version 2, method Send, 256 bytes)")
+var ErrMAD = errors.New("not a CM MAD (class 7, version 2, method Send, 256 bytes)")
 
 // CheckCM checks that m is a CM message.
 func CheckCM(m []byte) error {
@@ -346,6 +346,20 @@ func PutREJ(m []byte, tid uint64, local, remote uint32, msg uint8, reason uint16
 	putBits(d, 8, 0, 2, msg)
 	binary.BigEndian.PutUint16(d[10:], reason)
 	copy(d[84:84+REJPrivateLen], private)
+}
+
+// PutREJInfo writes a REJ's additional rejection information (at most
+// REJARILen bytes: for RejTimeout, the rejecting CA's GUID) and its length.
+func PutREJInfo(m []byte, ari []byte) {
+	d := m[MADHdrLen:]
+	n := copy(d[12:12+REJARILen], ari)
+	putBits(d, 9, 0, 7, uint8(n))
+}
+
+// REJInfo reads a REJ's additional rejection information.
+func REJInfo(m []byte) []byte {
+	d := m[MADHdrLen:]
+	return d[12 : 12+min(int(getBits(d, 9, 0, 7)), REJARILen)]
 }
 
 // REJReason reads a REJ's rejected message kind and reason.

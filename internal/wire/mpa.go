@@ -94,19 +94,19 @@ func (r RTR) String() string {
 // MPA frame errors. ParseMPA, AppendMPA and the negotiation functions return
 // these (possibly wrapped); test with errors.Is.
 var (
-	ErrMPATruncated      = errors.New("wire: MPA frame truncated")
-	ErrMPATrailing       = errors.New("wire: bytes after the MPA private data")
-	ErrMPAKey            = errors.New("wire: MPA key is not the expected Request/Reply key")
-	ErrMPARevision       = errors.New("wire: unsupported MPA revision")
-	ErrMPAPrivateTooLong = errors.New("wire: MPA private data too long")
-	ErrMPAEnhancedShort  = errors.New("wire: enhanced MPA frame with PD_Length < 4")
-	ErrMPAMarkers        = errors.New("wire: MPA markers requested")
-	ErrMPAV2             = errors.New("wire: MPA v2 block needs revision 2 and the Enhanced flag")
-	ErrMPARejected       = errors.New("wire: MPA peer rejected the connection")
-	ErrMPANotEnhanced    = errors.New("wire: MPA reply is not an enhanced revision 2 frame")
-	ErrIRDORDRange       = errors.New("wire: IRD/ORD out of range")
-	ErrInsufficientIRD   = errors.New("wire: insufficient IRD for the peer's ORD")
-	ErrNoMatchingRTR     = errors.New("wire: no matching RTR option")
+	ErrMPATruncated      = errors.New("MPA frame truncated")
+	ErrMPATrailing       = errors.New("bytes after the MPA private data")
+	ErrMPAKey            = errors.New("MPA key is not the expected Request/Reply key")
+	ErrMPARevision       = errors.New("unsupported MPA revision")
+	ErrMPAPrivateTooLong = errors.New("MPA private data too long")
+	ErrMPAEnhancedShort  = errors.New("enhanced MPA frame with PD_Length < 4")
+	ErrMPAMarkers        = errors.New("MPA markers requested")
+	ErrMPAV2             = errors.New("MPA v2 block needs revision 2 and the Enhanced flag")
+	ErrMPARejected       = errors.New("MPA peer rejected the connection")
+	ErrMPANotEnhanced    = errors.New("MPA reply is not an enhanced revision 2 frame")
+	ErrIRDORDRange       = errors.New("IRD/ORD out of range")
+	ErrInsufficientIRD   = errors.New("insufficient IRD for the peer's ORD")
+	ErrNoMatchingRTR     = errors.New("no matching RTR option")
 )
 
 // MPAFrame is a decoded MPA Request or Reply frame.

@@ -337,7 +337,7 @@ type Terminate struct {
 }
 
 // ErrTerminate is returned for a Terminate that cannot be encoded or parsed.
-var ErrTerminate = errors.New("wire: malformed Terminate")
+var ErrTerminate = errors.New("malformed Terminate")
 
 // ULPDULen returns the ULPDU_Length of the encoded message.
 func (t *Terminate) ULPDULen() int {

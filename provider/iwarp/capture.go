@@ -7,25 +7,14 @@ import (
 	"github.com/goverbs/goverbs/internal/hook"
 )
 
-// CaptureFunc receives the bytes of an iWARP connection's TCP stream as
-// they are on the wire, for package capture: src sent b to dst (b nil: src
-// closed its side). Sent says which end recorded it: true for bytes this
-// process wrote, false for bytes it read (an FPDU is reported once it has
-// been read whole and checked, header, payload and trailer). qpn is the
-// local QP's number, 0 while none is bound (a rejected request). b is only
-// valid during the call.
-type CaptureFunc func(src, dst netip.AddrPort, sent bool, qpn uint32, b [][]byte)
+// captureFunc receives the stream of every connection (package capture
+// sets it through hook.IWARPCapture).
+type captureFunc = func(src, dst netip.AddrPort, sent bool, qpn uint32, b [][]byte)
 
-var captureFn hook.Hook[CaptureFunc]
-
-// SetCapture sets the function that receives the stream of every iWARP
-// connection of the process (nil: none); it returns the one it replaces.
-// With none set, the cost is an atomic load per transmitted message and
-// per received FPDU.
-func SetCapture(f CaptureFunc) CaptureFunc { return captureFn.Set(f, f == nil) }
+var captureFn = &hook.IWARPCapture
 
 // capturing returns the capture function, or nil.
-func capturing() CaptureFunc {
+func capturing() captureFunc {
 	if p := captureFn.Get(); p != nil {
 		return *p
 	}

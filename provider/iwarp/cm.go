@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -35,11 +36,26 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 	c, _ := p.Config.(*Config)
-	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, Extensions: p.Extensions}, c)
+	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), Extensions: p.Extensions, Source: p.Source}, c)
 	if err != nil {
 		return nil, err
 	}
 	return conn, nil
+}
+
+// CheckSource implements cm.Sourcer.
+func (transport) CheckSource(src string) error {
+	_, err := sourceAddr(src)
+	return err
+}
+
+// sourceAddr parses Params.Source: an IP address literal and a port.
+func sourceAddr(src string) (*net.TCPAddr, error) {
+	ap, err := netip.ParseAddrPort(src)
+	if err != nil {
+		return nil, fmt.Errorf("%w: source address %q: %v", verbs.ErrInvalid, src, err)
+	}
+	return net.TCPAddrFromAddrPort(ap), nil
 }
 
 // listener is a Listener as package cm sees it.
@@ -57,18 +73,20 @@ func (l listener) Next(ctx context.Context) (cm.Request, error) {
 type request struct{ *Request }
 
 func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD})
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD)})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// clampIRDORD is a Params depth as the wire carries it: 0 is the most, a
+// negative value none.
 func clampIRDORD(v int) int {
 	switch {
 	case v < 0:
 		return 0
-	case v > maxIRDORD:
+	case v == 0 || v > maxIRDORD:
 		return maxIRDORD
 	}
 	return v
@@ -140,6 +158,13 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	dctx, cancel, ended := cm.DialLimit(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var d net.Dialer
+	if p.Source != "" {
+		la, err := sourceAddr(p.Source)
+		if err != nil {
+			return nil, err
+		}
+		d.LocalAddr = la
+	}
 	nc, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		if e := ended("connecting to "+addr, err); e != nil {

@@ -3,6 +3,7 @@ package iwarp_test
 import (
 	"testing"
 
+	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
@@ -13,7 +14,7 @@ import (
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{Atomics: true, Flush: true, Immediate: true, Invalidate: true, AsyncErrors: true}
+	return conformance.Caps{Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, AsyncErrors: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }
@@ -25,7 +26,8 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := iwarp.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), Extensions: true}
+	// The case's values are exact: a 0 is none (cm.Explicit), not the default.
+	p := iwarp.Params{IRD: cm.Explicit(int(attr.MaxDestRdAtomic)), ORD: cm.Explicit(int(attr.MaxRdAtomic)), Extensions: true}
 	connect(t, a, b, p, p)
 	return nil
 }

@@ -80,6 +80,9 @@ type conn struct {
 	txWake chan struct{}
 	// needProgress: the transmit goroutine should call Requester.Transmit
 	needProgress atomic.Bool
+	// stall bounds an incomplete frame (stall.go); nil: no bound
+	stall        *time.Timer
+	frameTimeout time.Duration
 
 	// lifetime
 	once   sync.Once
@@ -119,6 +122,13 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 	c.rx.wake = make(chan struct{}, 1)
 	for i := range c.rx.msn {
 		c.rx.msn[i] = 1
+	}
+	if cfg.FrameTimeout > 0 {
+		c.frameTimeout = cfg.FrameTimeout
+		c.stall = time.AfterFunc(time.Hour, c.checkStall)
+		c.stall.Stop() // armed by the receive side (armStall)
+	} else {
+		c.rx.stallArmed = true // no bound: never armed
 	}
 	return c
 }
@@ -263,6 +273,9 @@ func (c *conn) txLoop() {
 			c.tx.mu.Unlock()
 			if c.su.hold != nil {
 				c.su.hold.Stop()
+			}
+			if c.stall != nil {
+				c.stall.Stop()
 			}
 			c.nc.Close()
 			if !lingered {

@@ -55,3 +55,11 @@ func SetKeptHook(f func()) {
 	}
 	testHookKept.Store(&f)
 }
+
+// Polled reports whether the application's polls drive qp's receive side
+// (polled mode) now.
+func Polled(qp *verbs.QP) bool {
+	ep, _ := engine.Lookup(qp, dev)
+	c, ok := ep.Transport().(*conn)
+	return ok && c.rx.polled.Load()
+}

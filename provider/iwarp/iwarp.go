@@ -87,6 +87,20 @@
 // flush what is outstanding. An RDMA Read that the peer refuses completes
 // with REM_ACCESS_ERR when the peer's Terminate names it.
 //
+// A frame that a peer begins and never finishes would hold the connection
+// for ever (siw waits so): once a frame has gone Config.FrameTimeout
+// (default 15 s) without a byte more, the connection ends with a Terminate
+// (LLP, MPA, "TCP connection lost", which RFC 5044 gives for a stream lost
+// by timeout), the QP goes to ERR with a QP_FATAL event and everything
+// outstanding is flushed. Progress resets the bound, so a slow peer that
+// keeps sending is never cut off; bytes that wait in the socket for an
+// application that has stopped polling are not the peer's stall either.
+// The check costs the receive path a counter: a connection's timer runs
+// only while a frame is incomplete, ticking at a quarter of the bound, so
+// a stalled peer is cut between FrameTimeout and 1.5 FrameTimeout after
+// its last byte, in automatic and polled progress alike. (The MPA
+// exchange before it has its own bound, Config.AcceptTimeout.)
+//
 // # Extensions between goverbs peers
 //
 // The extensions are offered only when the application asks
@@ -152,6 +166,13 @@ type Config struct {
 	// detected within about this time, and the QP is flushed (default 10
 	// s; negative: TCP's own timeouts only, which take many minutes).
 	DeadPeerTimeout time.Duration
+	// FrameTimeout bounds how long a frame (an FPDU) that has begun may go
+	// without a byte more: a peer that stops in the middle of one is cut
+	// off with a Terminate (LLP, MPA, "TCP connection lost") between this
+	// time and half as much again after its last byte, and the QP is
+	// flushed with a QP_FATAL event; a peer that keeps sending, however
+	// slowly, is never cut (default 15 s; negative: no bound, as siw).
+	FrameTimeout time.Duration
 }
 
 // Defaults of Config's fields.
@@ -159,6 +180,10 @@ const (
 	DefaultConnectTimeout  = 10 * time.Second
 	DefaultAcceptTimeout   = 5 * time.Second
 	DefaultDeadPeerTimeout = 10 * time.Second
+	// DefaultFrameTimeout is longer than the 12.6 s a TCP stream that
+	// still makes progress can stall for: six retransmissions in a row,
+	// their timeout doubling from 200 ms.
+	DefaultFrameTimeout = 15 * time.Second
 )
 
 // resolve returns the configuration c stands for, defaults filled in.
@@ -176,6 +201,9 @@ func (c *Config) resolve() Config {
 	if r.DeadPeerTimeout == 0 {
 		r.DeadPeerTimeout = DefaultDeadPeerTimeout
 	}
+	if r.FrameTimeout == 0 {
+		r.FrameTimeout = DefaultFrameTimeout
+	}
 	return r
 }
 
@@ -185,18 +213,22 @@ type Params struct {
 	// PrivateData goes in the MPA Request (Dial) or Reply (Accept).
 	PrivateData []byte
 	// IRD (responder_resources): RDMA reads/atomics this side accepts
-	// outstanding; ORD (initiator_depth): those it issues. Both at most 128.
+	// outstanding; ORD (initiator_depth): those it issues. Both at most
+	// 128; 0 means 128, a negative value none.
 	IRD, ORD int
 	// Extensions (Dial) offers the RFC 7306 extensions, which only goverbs
 	// peers speak; a goverbs responder answers an offer by itself.
 	Extensions bool
+	// Source (Dial) is the local address the TCP connection leaves from,
+	// an IP address with a port (0: any); "" lets the kernel choose.
+	Source string
 }
 
 // maxIRDORD is siw's SIW_MAX_IRD_QP / SIW_MAX_ORD_QP.
 const maxIRDORD = 128
 
 var dev = engine.NewDevice(engine.Config{
-	OwnCapture: true, // package capture records the TCP stream (SetCapture)
+	OwnCapture: true, // package capture records the TCP stream (hook.IWARPCapture)
 	Name:       DeviceName,
 	GUID:       0x0200_5eff_fe77_0001,
 	NodeType:   verbs.NodeRNIC,

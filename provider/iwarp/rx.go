@@ -90,6 +90,13 @@ type rxSide struct {
 	imm        uint32
 
 	bulk bool // the last FPDU carried a large payload
+	// prog counts the reads that brought bytes: the progress the frame
+	// stall check (stall.go) looks for. stallArmed and the fields after it
+	// are that check's, all under mu.
+	prog       uint64
+	stallArmed bool
+	stallSeen  uint64    // prog when the check last saw progress
+	stallSince time.Time // when it did
 	// idleAt: a poll found the socket empty in the middle of a large
 	// payload (UnixNano; 0: not so); polls leave it alone for pollGap.
 	idleAt atomic.Int64
@@ -109,6 +116,7 @@ func (s *rxSide) fill(fd, n int) error {
 		k, err := readNB(fd, s.buf[s.w:])
 		if k > 0 {
 			s.w += k
+			s.prog++
 			continue
 		}
 		return err
@@ -272,8 +280,21 @@ func (c *conn) rxFailed(err error) {
 // when it needs more bytes, errStop after a protocol error (a Terminate is
 // on its way), or the I/O error. With drain false (polled mode) it returns
 // after a complete FPDU when nothing more is buffered, sparing a read that
-// would find nothing: the next poll reads again.
+// would find nothing: the next poll reads again. A frame left incomplete
+// starts the stall check (stall.go) unless it runs already.
 func (c *conn) pump(fd int, drain bool) error {
+	err := c.pumpFrames(fd, drain)
+	if err == errWouldBlock && !c.rx.stallArmed && c.rx.partial() {
+		c.armStall()
+	}
+	return err
+}
+
+// partial reports whether a frame has begun and is not complete: its
+// header is in part, or its payload or trailer not all read.
+func (s *rxSide) partial() bool { return s.phase != phHeader || s.r != s.w }
+
+func (c *conn) pumpFrames(fd int, drain bool) error {
 	s := &c.rx
 	done := false
 	for {
@@ -360,6 +381,7 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 					return err
 				}
 				s.r, s.w = 0, k
+				s.prog++
 			}
 			k := min(s.w-s.r, s.left)
 			if c.crc {
@@ -387,11 +409,13 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 			}
 			k = min(n, len(d))
 			s.w = n - k
+			s.prog++
 		default:
 			var err error
 			if k, err = readNB(fd, d); err != nil {
 				return err
 			}
+			s.prog++
 		}
 		if c.crc {
 			s.crc.Update(d[:k])

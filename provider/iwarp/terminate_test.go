@@ -553,7 +553,11 @@ func TestTerminateSent(t *testing.T) {
 			case tc.ord > 0:
 				ord = tc.ord
 			}
-			r := startResponder(t, respOpts{crc: tc.crc, ird: 4, ord: ord, accept: iwarp.Params{IRD: ord, ORD: 4}})
+			ird := ord
+			if ird == 0 {
+				ird = -1 // none: a zero Params field is the most
+			}
+			r := startResponder(t, respOpts{crc: tc.crc, ird: 4, ord: ord, accept: iwarp.Params{IRD: ird, ORD: 4}})
 			s := r.side
 			if got := r.conn.IRD(); got != ord {
 				t.Fatalf("goverbs IRD %d, want %d", got, ord)

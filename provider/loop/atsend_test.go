@@ -50,7 +50,7 @@ func connected(t *testing.T, dev string, rnrRetry uint8) (a, b side) {
 	}
 	a, b = mk(), mk()
 	attr := loop.DefaultRC
-	attr.RnrRetry = rnrRetry
+	attr.RNRRetry = rnrRetry
 	if err := loop.ConnectAttr(a.qp, b.qp, attr); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestCompleteAtSend(t *testing.T) {
 			post: func(a, b side) verbs.SendWR {
 				return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}
 			},
-			ib: verbs.WCRnrRetryExcErr, iwarp: verbs.WCSuccess},
+			ib: verbs.WCRNRRetryExcErr, iwarp: verbs.WCSuccess},
 		{name: "READ with a bad rkey",
 			post: func(a, b side) verbs.SendWR {
 				return verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() + 1}

@@ -13,7 +13,7 @@ import (
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true}
+	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Modify: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) {
@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) { conformance.Run(t, fixture{}) }
 type atSendFixture struct{ fixture }
 
 func (atSendFixture) Caps() conformance.Caps {
-	return conformance.Caps{UD: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true, AsyncErrors: true}
+	return conformance.Caps{UD: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Modify: true, AsyncErrors: true}
 }
 
 func (atSendFixture) Open(t testing.TB) (a, b *verbs.Context) {

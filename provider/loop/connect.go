@@ -1,8 +1,7 @@
 package loop
 
 import (
-	"fmt"
-
+	"github.com/goverbs/goverbs/internal/errfmt"
 	"github.com/goverbs/goverbs/internal/udqp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -15,10 +14,10 @@ var DefaultRC = verbs.QPAttr{
 	PathMTU:         verbs.MTU4096,
 	MaxRdAtomic:     16,
 	MaxDestRdAtomic: 16,
-	MinRnrTimer:     1,
+	MinRNRTimer:     1,
 	Timeout:         14,
 	RetryCnt:        7,
-	RnrRetry:        7,
+	RNRRetry:        7,
 }
 
 // Connect moves two RC QPs from RESET to RTS, each the other's destination,
@@ -27,8 +26,8 @@ var DefaultRC = verbs.QPAttr{
 func Connect(a, b *verbs.QP) error { return ConnectAttr(a, b, DefaultRC) }
 
 // ConnectAttr is Connect with the RC attributes taken from attr
-// (QPAccessFlags, PathMTU, MaxRdAtomic, MaxDestRdAtomic, MinRnrTimer,
-// Timeout, RetryCnt, RnrRetry), the same for both QPs.
+// (QPAccessFlags, PathMTU, MaxRdAtomic, MaxDestRdAtomic, MinRNRTimer,
+// Timeout, RetryCnt, RNRRetry), the same for both QPs.
 func ConnectAttr(a, b *verbs.QP, attr verbs.QPAttr) error {
 	if err := toRTR(a, b, attr); err != nil {
 		return err
@@ -45,9 +44,9 @@ func ConnectAttr(a, b *verbs.QP, attr verbs.QPAttr) error {
 		rts := attr
 		rts.QPState = verbs.QPSRTS
 		mask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		if err := q.Modify(&rts, mask); err != nil {
-			return fmt.Errorf("loop: QP %#x to RTS: %w", q.Num(), err)
+			return errfmt.Wrap(err, "loop: QP %#x to RTS", q.Num())
 		}
 	}
 	return nil
@@ -64,16 +63,16 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 	}
 	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: attr.QPAccessFlags}
 	if err := q.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("loop: QP %#x to INIT: %w", q.Num(), err)
+		return errfmt.Wrap(err, "loop: QP %#x to INIT", q.Num())
 	}
 	rtr := attr
 	rtr.QPState = verbs.QPSRTR
 	rtr.DestQPNum = dest.Num()
 	rtr.AHAttr = verbs.AHAttr{DLID: port.LID, PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	if err := q.Modify(&rtr, mask); err != nil {
-		return fmt.Errorf("loop: QP %#x to RTR: %w", q.Num(), err)
+		return errfmt.Wrap(err, "loop: QP %#x to RTR", q.Num())
 	}
 	return nil
 }
@@ -81,7 +80,7 @@ func toRTR(q, dest *verbs.QP, attr verbs.QPAttr) error {
 // ActivateUD moves a UD QP from RESET to RTS with Q_Key qkey.
 func ActivateUD(q *verbs.QP, qkey uint32) error {
 	if err := udqp.Activate(q, qkey); err != nil {
-		return fmt.Errorf("loop: %w", err)
+		return errfmt.Wrap(err, "loop")
 	}
 	return nil
 }

@@ -441,7 +441,7 @@ func (w *wire) rnr(q engine.Requester, p engine.Responder, wqe *engine.WQE) engi
 	}
 	wqe.Retries++
 	if wqe.Retries > int(retry) {
-		return engine.Fail(verbs.WCRnrRetryExcErr)
+		return engine.Fail(verbs.WCRNRRetryExcErr)
 	}
 	time.AfterFunc(RNRDelay(p.MinRNRTimer()), q.Resume)
 	return engine.ResultStall

@@ -125,7 +125,7 @@ func (f *fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error
 		rts.QPState = verbs.QPSRTS
 		rts.SQPSN = 0
 		mask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		if err := q.Modify(&rts, mask); err != nil {
 			return fmt.Errorf("QP %#x to RTS: %w", q.Num(), err)
 		}
@@ -148,7 +148,7 @@ func (f *fixture) toRTR(t testing.TB, q, dest *verbs.QP, attr verbs.QPAttr) erro
 		rtr.PathMTU = pa.ActiveMTU
 	}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	if err := q.Modify(&rtr, mask); err != nil {
 		return fmt.Errorf("QP %#x to RTR: %w", q.Num(), err)
 	}

@@ -25,6 +25,7 @@
 //
 // Not available through this provider: FLUSH and ATOMIC_WRITE (they need
 // the extended post API, ibv_wr_*, which this provider does not use yet),
-// memory windows, XRC. Devices plugged in after the first verbs.Devices
-// call are not seen by the process.
+// memory windows, ibv_rereg_mr and ibv_resize_cq (PD.AllocMW, MR.Rereg
+// and CQ.Resize return verbs.ErrNotSupported), XRC. Devices plugged in
+// after the first verbs.Devices call are not seen by the process.
 package rdmacore

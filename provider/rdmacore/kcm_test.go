@@ -171,7 +171,7 @@ func TestRDMACMLoopbackNotClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if got := ln.Context().Device().Name(); got != "iwarp0" {
+	if got := ln.DeviceContext().Device().Name(); got != "iwarp0" {
 		t.Fatalf("a listener on 127.0.0.1 is on %s, want goverbs' iwarp0", got)
 	}
 }

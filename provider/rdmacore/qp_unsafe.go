@@ -317,11 +317,11 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
 	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
-	a.min_rnr_timer = C.uint8_t(attr.MinRnrTimer)
+	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
 	a.port_num = C.uint8_t(attr.PortNum)
 	a.timeout = C.uint8_t(attr.Timeout)
 	a.retry_cnt = C.uint8_t(attr.RetryCnt)
-	a.rnr_retry = C.uint8_t(attr.RnrRetry)
+	a.rnr_retry = C.uint8_t(attr.RNRRetry)
 	a.alt_port_num = C.uint8_t(attr.AltPortNum)
 	a.alt_timeout = C.uint8_t(attr.AltTimeout)
 	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
@@ -362,8 +362,8 @@ func (q *queuePair) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 		PKeyIndex: uint16(a.pkey_index), AltPKeyIndex: uint16(a.alt_pkey_index),
 		EnSQDAsyncNotify: a.en_sqd_async_notify != 0, SQDraining: a.sq_draining != 0,
 		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic),
-		MinRnrTimer: uint8(a.min_rnr_timer), PortNum: uint8(a.port_num), Timeout: uint8(a.timeout),
-		RetryCnt: uint8(a.retry_cnt), RnrRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
+		MinRNRTimer: uint8(a.min_rnr_timer), PortNum: uint8(a.port_num), Timeout: uint8(a.timeout),
+		RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
 		AltTimeout: uint8(a.alt_timeout),
 	}
 	if q.iwarp {

@@ -39,6 +39,7 @@ func (r *respState) deferACK(psn uint32) {
 	a := &q.d.acks
 	a.Lock()
 	rec := ackRec{q: q, dst: r.peer, destQPN: q.path.destQPN, pkey: q.path.pkey, psn: psn, msn: r.msn}
+	r.ackedTo(ib.PSNAdd(psn, 1)) // (due: sent before anything else of this QP's is)
 	if r.ackAt > 0 && r.ackAt <= len(a.due) && a.due[r.ackAt-1].q == q {
 		a.due[r.ackAt-1] = rec
 	} else {

@@ -3,11 +3,11 @@ package roce
 import (
 	"errors"
 	"net/netip"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/hook"
 	"github.com/goverbs/goverbs/internal/ib"
 )
 
@@ -57,19 +57,15 @@ type batch struct {
 }
 
 // Wire faults, for tests of the transport's recovery: a function that
-// decides the fate of each datagram sent (nil: none, and batches go whole).
-type wireFault func(pkt []byte) faultKind
-
-type faultKind int
-
+// decides the fate of each datagram sent (nil: none, and batches go whole),
+// set through hook.RoCEWire.
 const (
-	faultPass faultKind = iota
-	faultDrop           // lost on the wire
-	faultDup            // delivered twice
-	faultHold           // delivered after the next datagram of its sender
+	faultDrop = hook.WireDrop // lost on the wire
+	faultDup  = hook.WireDup  // delivered twice
+	faultHold = hook.WireHold // delivered after the next datagram of its sender
 )
 
-var faults atomic.Pointer[wireFault]
+var faults = &hook.RoCEWire
 
 // errOne stands for a failed send of a batch of one packet (which no GSO
 // was asked for).
@@ -200,7 +196,7 @@ func (b *batch) flush(d *device) {
 	if b.sa.n == 0 || b.sa.addrPort().Addr() != b.to {
 		b.sa.set(netip.AddrPortFrom(b.to, ib.UDPPort))
 	}
-	fault := faults.Load()
+	fault := faults.Get()
 	if fault == nil && (b.n == 1 || !d.noGSO.Load()) {
 		err := d.write(b, nil)
 		if b.n == 1 && err != nil {

@@ -15,8 +15,8 @@ func benchPair(b testing.TB, size int) (x, y *conformance.Side) {
 	ca, cb := fixture{}.Open(b)
 	x = conformance.NewSide(b, ca, verbs.QPTRC, o)
 	y = conformance.NewSide(b, cb, verbs.QPTRC, o)
-	attr := verbs.QPAttr{PathMTU: verbs.MTU4096, Timeout: 14, RetryCnt: 7, RnrRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16,
-		MinRnrTimer: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	attr := verbs.QPAttr{PathMTU: verbs.MTU4096, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16,
+		MinRNRTimer: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
 	if err := (fixture{}).Connect(b, x.QP, y.QP, attr); err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/ib"
 	"github.com/goverbs/goverbs/verbs"
@@ -26,8 +27,39 @@ import (
 // them over RoCE: the service ID is rdma_cm's for the port (RDMA_PS_TCP),
 // and the REQ's private data starts with rdma_cm's 36-byte header (the IP
 // addresses and the source port). A message that is not answered is sent
-// again every cmRetryGap, up to cmRetries times (a REQ: until the Dial's
-// deadline).
+// again every cmRetryGap, up to cmRetries times; a REQ until the Dial's
+// deadline, a REP as the REQ asks (rtuWait). An exchange the peer leaves
+// unfinished is dropped then and counted (Counters.CMTimeout).
+
+// Config configures a listener (Listen) or a connection (Dial), as
+// iwarp's and shm's do; package rdmacm passes one through
+// (IDOptions.RoCE). A nil *Config, or a zero field, means the default.
+type Config struct {
+	// ConnectTimeout bounds a Dial whose context has no deadline (a
+	// deadline, shorter or longer, replaces it); the REQ is sent again
+	// every half second until then. Default 10 s, as over iWARP.
+	ConnectTimeout time.Duration
+	// AcceptTimeout bounds an Accept's wait for the requester's RTU, the
+	// REP being sent again at the pace the REQ asks. Default: as long as
+	// the REQ asks (its CM response timeout times its max_cm_retries).
+	AcceptTimeout time.Duration
+}
+
+func (c *Config) connectTimeout() time.Duration {
+	if c == nil || c.ConnectTimeout <= 0 {
+		return cm.DefaultTimeout
+	}
+	return c.ConnectTimeout
+}
+
+// acceptTries is how many REPs, gap apart, an Accept sends before it
+// gives up: def, the REQ's, unless AcceptTimeout says otherwise.
+func (c *Config) acceptTries(gap time.Duration, def int) int {
+	if c == nil || c.AcceptTimeout <= 0 {
+		return def
+	}
+	return max(int(c.AcceptTimeout/gap), 1)
+}
 
 // Tuning of the CM.
 const (
@@ -190,15 +222,15 @@ func mtuEnum(m verbs.MTU) uint8 { return uint8(m) }
 // toRTR and toRTS connect qp with the CM's results.
 func toRTR(qp *verbs.QP, peer netip.Addr, peerQPN, rqPSN uint32, mtu verbs.MTU, ird int) error {
 	a := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: mtu, DestQPNum: peerQPN, RQPSN: rqPSN,
-		MaxDestRdAtomic: uint8(ird), MinRnrTimer: 12,
+		MaxDestRdAtomic: uint8(ird), MinRNRTimer: 12,
 		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: verbs.GID(ib.GIDOf(peer)), HopLimit: 64}}}
 	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRnrTimer)
+		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
 }
 
 func toRTS(qp *verbs.QP, sqPSN uint32, timeout, retry, rnrRetry uint8, ord int) error {
-	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RnrRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
-	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic)
+	a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sqPSN, Timeout: timeout, RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: uint8(ord)}
+	return qp.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 }
 
 // toInit brings a QP in RESET to INIT as rdma_cm does.
@@ -243,16 +275,28 @@ type Params struct {
 	// PrivateData goes in the REQ (Dial, at most MaxPrivateData bytes after
 	// rdma_cm's header) or the REP (Accept, at most 196) or the REJ.
 	PrivateData []byte
-	// IRD (responder_resources) and ORD (initiator_depth), at most 128.
+	// IRD (responder_resources) and ORD (initiator_depth), at most 128;
+	// 0 means 128, a negative value none.
 	IRD, ORD int
 	// RNRRetry is the rnr_retry the peer uses towards us (7: for ever), as
-	// rdma_conn_param's rnr_retry_count.
-	RNRRetry uint8
-	// RetryCount is the transport's retry count (7 at most).
-	RetryCount uint8
+	// rdma_conn_param's rnr_retry_count; 0 means 7, a negative value none.
+	RNRRetry int
+	// RetryCount is the transport's retry count, 7 at most; 0 means 7, a
+	// negative value none.
+	RetryCount int
 }
 
-func clamp(v int) int { return max(0, min(v, maxIRDORD)) }
+// clamp is a Params depth as the CM carries it: 0 is the most, a negative
+// value none.
+func clamp(v int) int {
+	if v == 0 {
+		return maxIRDORD
+	}
+	return max(0, min(v, maxIRDORD))
+}
+
+// retries is a Params retry count: 0 is 7, a negative value none.
+func retries(v int) uint8 { return uint8(min(defaults.Int(v, 7), 7)) }
 
 // Conn is an established connection.
 type Conn struct {
@@ -374,10 +418,10 @@ func (c *cmConn) watch() {
 // rdma_cm listener at addr (host:port). A rejection returns a
 // *cm.RejectedError with the peer's private data (a port nobody listens on
 // is one too, as rdma_cm reports it, wrapping syscall.ECONNREFUSED). A REQ
-// is sent every cmRetryGap until ctx's deadline, or for cm.DefaultTimeout
-// when ctx has none; no answer by then is an error wrapping
+// is sent every cmRetryGap until ctx's deadline, or for cfg's
+// ConnectTimeout when ctx has none; no answer by then is an error wrapping
 // cm.ErrUnreachable (and ctx.Err() when ctx ended).
-func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, error) {
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, cfg *Config) (*Conn, error) {
 	ap, err := resolve(addr)
 	if err != nil {
 		return nil, err
@@ -404,13 +448,10 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	psn := randPSN()
 	req := ib.REQ{LocalCommID: c.localID, ServiceID: ib.ServiceID(ib.PortSpaceTCP, ap.Port()), LocalCAGUID: d.eng.GUID(),
 		LocalQPN: qp.Num(), ResponderResources: uint8(clamp(p.IRD)), InitiatorDepth: uint8(clamp(p.ORD)),
-		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: min(p.RetryCount, 7),
-		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: min(p.RNRRetry, 7), MaxCMRetries: cmRetries,
+		RemoteCMRespTimeout: cmRespTime, StartingPSN: psn, LocalCMRespTimeout: cmRespTime, RetryCount: retries(p.RetryCount),
+		PKey: ib.DefaultPKey, PathMTU: mtuEnum(d.mtu), RNRRetryCount: retries(p.RNRRetry), MaxCMRetries: cmRetries,
 		LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ib.GIDOf(local), RemoteGID: ib.GIDOf(ap.Addr()), HopLimit: 64,
 		LocalAckTimeout: ackTimeout0}
-	if req.RetryCount == 0 {
-		req.RetryCount = 7
-	}
 	ib.PutCMAHdr(req.PrivateData[:], local, ap.Addr(), c.localPort)
 	copy(req.PrivateData[ib.CMAHdrLen:], p.PrivateData)
 	var m [ib.MADLen]byte
@@ -422,12 +463,15 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params) (*Conn, erro
 	}
 	// A REQ goes out every cmRetryGap until the caller's deadline, longer
 	// or shorter, or for cm.DefaultTimeout when ctx has none.
-	dctx, cancel, ended := cm.DialLimit(ctx, cm.DefaultTimeout)
+	dctx, cancel, ended := cm.DialLimit(ctx, cfg.connectTimeout())
 	defer cancel()
 	for try := 1; ; try++ {
 		a.send(m[:], ap.Addr())
 		reply, ok, err := c.waitReply(dctx, cmRetryGap)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				d.stats.CMTimeout.Add(1) // no answer to any REQ before the deadline
+			}
 			if e := ended(fmt.Sprintf("no answer from %v to %d connection requests", ap, try), err); e != nil {
 				err = e
 			}
@@ -558,6 +602,7 @@ func ephemeralPort() uint16 {
 // device.
 type Listener struct {
 	a    *cmAgent
+	cfg  *Config
 	port uint16
 	reqs chan *Request
 	done chan struct{}
@@ -566,8 +611,8 @@ type Listener struct {
 
 // Listen listens for connection requests for port on the device of the
 // local address host (host:port; an empty or unspecified host is the first
-// device's).
-func Listen(addr string) (*Listener, error) {
+// device's). cfg's AcceptTimeout holds for the requests it yields.
+func Listen(addr string, cfg *Config) (*Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", verbs.ErrInvalid, addr, err)
@@ -584,7 +629,7 @@ func Listen(addr string) (*Listener, error) {
 		return nil, err
 	}
 	a := d.cm
-	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{})}
+	l := &Listener{a: a, port: uint16(pn), reqs: make(chan *Request, 64), done: make(chan struct{}), cfg: cfg}
 	a.mu.Lock()
 	if pn == 0 {
 		l.port = freePort(func(p uint16) bool { return a.lns[p] == nil })
@@ -599,7 +644,7 @@ func Listen(addr string) (*Listener, error) {
 	return l, nil
 }
 
-var errAddrInUse = errors.New("address already in use")
+var errAddrInUse error = syscall.EADDRINUSE
 
 // freePort picks a port for a listener at port 0, as the kernel's rdma_cm
 // does: a random one of the ephemeral range that free says is free, or 0
@@ -749,8 +794,13 @@ func (r *Request) answer() error {
 }
 
 // Accept connects qp (an RC QP of the listener's device, in RESET or INIT)
-// to the requester: REP, then the RTU (the REP is sent again until it
-// comes, up to a bound).
+// to the requester: REP, then the RTU. The REP is sent again each time the
+// REQ's Local CM Response Timeout passes without the RTU (at least 50 ms,
+// at most rdma_cm's 4.3 s), as many times as its Max CM Retries; then the
+// exchange is dropped: a REJ (timeout) goes to the requester, the QP to
+// ERR (its posted receives flush), Counters.CMTimeout counts it, and the
+// error wraps cm.ErrUnreachable. Other requests are served meanwhile by
+// other calls of Accept.
 func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	a, c := r.l.a, r.c
 	d := a.d
@@ -790,16 +840,31 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	}
 	rep := ib.REP{LocalCommID: c.localID, RemoteCommID: c.remoteID, LocalQPN: qp.Num(), StartingPSN: psn,
 		ResponderResources: uint8(c.ird), InitiatorDepth: uint8(c.ord), TargetAckDelay: 15,
-		RNRRetryCount: min(p.RNRRetry, 7), LocalCAGUID: d.eng.GUID()}
+		RNRRetryCount: retries(p.RNRRetry), LocalCAGUID: d.eng.GUID()}
 	copy(rep.PrivateData[:], p.PrivateData)
 	var m [ib.MADLen]byte
 	rep.Marshal(m[:], c.tid)
+	gap, tries := rtuWait(&r.req)
+	tries = r.l.cfg.acceptTries(gap, tries)
 	for try := 0; ; try++ {
-		if try == cmRetries {
-			return fail(fmt.Errorf("%w: %v: no RTU after %d replies", cm.ErrUnreachable, c.peer, cmRetries))
+		if try == tries {
+			// The peer left the exchange unfinished: counted, refused
+			// (REJ, timeout), the QP to ERR so that its receives flush.
+			d.stats.CMTimeout.Add(1)
+			var rej [ib.MADLen]byte
+			ib.PutREJ(rej[:], c.tid, c.localID, c.remoteID, ib.RejMsgREQ, ib.RejTimeout, nil)
+			var guid [8]byte
+			binary.BigEndian.PutUint64(guid[:], d.eng.GUID())
+			ib.PutREJInfo(rej[:], guid[:])
+			a.send(rej[:], c.peer)
+			qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+			c.forget()
+			err := fmt.Errorf("%w: %v: no RTU after %d replies %v apart", cm.ErrUnreachable, c.peer, tries, gap)
+			c.end(err)
+			return nil, err
 		}
 		a.send(m[:], c.peer)
-		if c.waitRTU(cmRetryGap) {
+		if c.waitRTU(gap) {
 			break
 		}
 	}
@@ -812,6 +877,22 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	}
 	go c.watch()
 	return &Conn{c: c, local: netip.AddrPortFrom(d.addr, c.localPort)}, nil
+}
+
+// Bounds of the wait for an RTU, whatever a REQ asks.
+const (
+	rtuGapMin = 50 * time.Millisecond
+	rtuGapMax = 1 << cmRespTime * 4096 * time.Nanosecond // rdma_cm's 4.3 s
+)
+
+// rtuWait is how long Accept waits for the RTU after each REP, and how many
+// REPs it sends: the REQ's Local CM Response Timeout (the time its sender
+// takes to answer a REP) and Max CM Retries, as IBA 12.7 and Linux's CM
+// read them, the time kept within [rtuGapMin, rtuGapMax] so that no REQ
+// makes an Accept wait more than 16 × 4.3 s or send REPs in a burst.
+func rtuWait(req *ib.REQ) (time.Duration, int) {
+	t := time.Duration(4096) << min(req.LocalCMRespTimeout, 31) * time.Nanosecond
+	return min(max(t, rtuGapMin), rtuGapMax), int(req.MaxCMRetries&0xF) + 1
 }
 
 // waitRTU waits up to d for the RTU (a REQ sent again is answered by the

@@ -24,7 +24,7 @@ func TestCMConnect(t *testing.T) {
 	da, db := devices(t)
 	a := conformance.NewSide(t, openDev(t, da), verbs.QPTRC, conformance.PairOpts{})
 	b := conformance.NewSide(t, openDev(t, db), verbs.QPTRC, conformance.PairOpts{})
-	ln, err := roce.Listen(fmt.Sprintf("%s:7400", testAddrs[1]))
+	ln, err := roce.Listen(fmt.Sprintf("%s:7400", testAddrs[1]), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestCMConnect(t *testing.T) {
 		c, err := r.Accept(b.QP, roce.Params{PrivateData: []byte("welcome"), IRD: 4, ORD: 4, RNRRetry: 7})
 		ch <- res{c, err}
 	}()
-	ca, err := roce.Dial(ctx, fmt.Sprintf("%s:7400", testAddrs[1]), a.QP, roce.Params{PrivateData: []byte("hello"), IRD: 4, ORD: 4, RNRRetry: 7})
+	ca, err := roce.Dial(ctx, fmt.Sprintf("%s:7400", testAddrs[1]), a.QP, roce.Params{PrivateData: []byte("hello"), IRD: 4, ORD: 4, RNRRetry: 7}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,14 +106,14 @@ func TestCMConnect(t *testing.T) {
 			r.Reject([]byte("go away"))
 		}
 	}()
-	_, err = roce.Dial(ctx, fmt.Sprintf("%s:7400", testAddrs[1]), a2.QP, roce.Params{})
+	_, err = roce.Dial(ctx, fmt.Sprintf("%s:7400", testAddrs[1]), a2.QP, roce.Params{}, nil)
 	var rej *cm.RejectedError
 	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte("go away")) {
 		t.Fatalf("dial to a rejecting listener: %v", err)
 	}
 	// Nobody listens on 7401: rejected (invalid service ID).
 	a3 := conformance.NewSide(t, openDev(t, da), verbs.QPTRC, conformance.PairOpts{})
-	_, err = roce.Dial(ctx, fmt.Sprintf("%s:7401", testAddrs[1]), a3.QP, roce.Params{})
+	_, err = roce.Dial(ctx, fmt.Sprintf("%s:7401", testAddrs[1]), a3.QP, roce.Params{}, nil)
 	if !errors.As(err, &rej) || !errors.Is(err, cm.ErrRejected) {
 		t.Fatalf("dial to a port nobody listens on: %v", err)
 	}

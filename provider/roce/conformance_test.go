@@ -49,7 +49,7 @@ func openDev(t testing.TB, name string) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, Modify: true}
+	return conformance.Caps{UD: true, RNR: true, Atomics: true, Flush: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Modify: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) {
@@ -69,7 +69,7 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 		rts.QPState = verbs.QPSRTS
 		rts.SQPSN = sqPSN(q)
 		mask := verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-			verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		if err := q.Modify(&rts, mask); err != nil {
 			return fmt.Errorf("QP %#x to RTS: %w", q.Num(), err)
 		}
@@ -96,7 +96,7 @@ func toRTR(t testing.TB, q, dest *verbs.QP, attr verbs.QPAttr) error {
 	rtr.RQPSN = sqPSN(dest)
 	rtr.AHAttr = verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}
 	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 	if err := q.Modify(&rtr, mask); err != nil {
 		return fmt.Errorf("QP %#x to RTR: %w", q.Num(), err)
 	}

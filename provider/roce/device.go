@@ -76,6 +76,7 @@ type counters struct {
 	Sent      atomic.Uint64
 	Writes    atomic.Uint64 // system calls that sent datagrams
 	SendFail  atomic.Uint64 // the socket refused the packet (counted as lost)
+	CMTimeout atomic.Uint64 // connection exchanges the peer left unfinished
 }
 
 // Counters is what a device received, sent and dropped (as rxe's
@@ -88,6 +89,10 @@ type Counters struct {
 	BadICRC   uint64 // dropped: the ICRC did not check
 	Malformed uint64 // dropped: headers that break the transport's rules
 	NoQP      uint64 // dropped: for a QP that does not exist or is not ready
+	// CMTimeout counts connection exchanges dropped because the peer
+	// left them unfinished: an Accept whose REP got no RTU, a Dial whose
+	// REQs got no answer before its deadline.
+	CMTimeout uint64
 }
 
 // DeviceCounters returns the counters of the device name.
@@ -98,7 +103,7 @@ func DeviceCounters(name string) (Counters, bool) {
 	}
 	s := &d.stats
 	return Counters{Received: s.Received.Load(), Sent: s.Sent.Load(), Writes: s.Writes.Load(), SendFail: s.SendFail.Load(),
-		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load()}, true
+		BadICRC: s.BadICRC.Load(), Malformed: s.Malformed.Load(), NoQP: s.NoQP.Load(), CMTimeout: s.CMTimeout.Load()}, true
 }
 
 // deviceNamed returns the device called name, or nil.
@@ -195,9 +200,9 @@ func (d *device) open() error {
 	sock, err := openSocket(netip.AddrPortFrom(d.addr, ib.UDPPort))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			err = fmt.Errorf("%w: %s: %v", ErrPortInUse, d.addr, err)
+			return fmt.Errorf("roce: device %s (%s): %w", d.eng.Name(), d.addr, ErrPortInUse)
 		}
-		return fmt.Errorf("roce: %s: %w", d.eng.Name(), err)
+		return fmt.Errorf("roce: device %s: %w", d.eng.Name(), err)
 	}
 	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {

@@ -1,6 +1,10 @@
 package roce
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/goverbs/goverbs/internal/hook"
+)
 
 // SendStateOf describes the requester state of QP qpn of device name, for
 // a test's failure message.
@@ -25,4 +29,22 @@ func SendStateOf(name string, qpn uint32) string {
 		str += fmt.Sprintf("\n  unit %d: kind %d first %#x assigned %v psns %d npkt %d sent %d got %d", i, e.kind, e.first, e.assigned, e.psns, e.npkt, e.sent, e.got)
 	}
 	return str
+}
+
+// The wire faults of the loss tests (hook.RoCEWire, which package faults
+// sets in programs).
+type FaultKind = hook.WireFault
+
+const (
+	FaultPass = hook.WirePass
+	FaultDrop = hook.WireDrop
+	FaultDup  = hook.WireDup
+	FaultHold = hook.WireHold
+)
+
+// SetWireFaults sets f as the wire's fault decision and returns a function
+// that restores the previous one.
+func SetWireFaults(f func(pkt []byte) FaultKind) (restore func()) {
+	old := hook.RoCEWire.Set(f, f == nil)
+	return func() { hook.RoCEWire.Set(old, old == nil) }
 }

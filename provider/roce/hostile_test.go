@@ -385,7 +385,7 @@ func TestHostileCM(t *testing.T) {
 	leakcheck.Check(t)
 	da, db := devices(t)
 	addr := fmt.Sprintf("%s:7402", testAddrs[1])
-	ln, err := roce.Listen(addr)
+	ln, err := roce.Listen(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestHostileCM(t *testing.T) {
 	}
 	dc := make(chan dialed, 1)
 	go func() {
-		c, err := roce.Dial(ctx, addr, cli.QP, roce.Params{PrivateData: []byte("real"), RNRRetry: 7})
+		c, err := roce.Dial(ctx, addr, cli.QP, roce.Params{PrivateData: []byte("real"), RNRRetry: 7}, nil)
 		dc <- dialed{c, err}
 	}()
 	time.Sleep(200 * time.Millisecond) // its first REQ meets the full backlog

@@ -36,9 +36,9 @@ func pairAt(t *testing.T, psn uint32, bufSize int, timeout, retry uint8) (x, y *
 		}{
 			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-			{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: dest.Num(), RQPSN: psn, MaxDestRdAtomic: 16, MinRnrTimer: 1,
+			{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: dest.Num(), RQPSN: psn, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 				AHAttr: verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, HopLimit: 64}}},
-				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer},
+				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
 		}
 		for _, st := range steps {
 			if err := q.Modify(&st.a, st.m); err != nil {
@@ -47,8 +47,8 @@ func pairAt(t *testing.T, psn uint32, bufSize int, timeout, retry uint8) (x, y *
 		}
 	}
 	for _, q := range []*verbs.QP{x.QP, y.QP} {
-		a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RnrRetry: 7, MaxRdAtomic: 16}
-		if err := q.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRnrRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
+		a := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16}
+		if err := q.Modify(&a, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -128,8 +128,8 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QP
 	if mask&verbs.QPAttrRetryCnt != 0 {
 		q.path.retryCnt = attr.RetryCnt
 	}
-	if mask&verbs.QPAttrRnrRetry != 0 {
-		q.path.rnrRetry = attr.RnrRetry
+	if mask&verbs.QPAttrRNRRetry != 0 {
+		q.path.rnrRetry = attr.RNRRetry
 	}
 	if to == verbs.QPSRTS && from == verbs.QPSRTR {
 		q.path.sqPSN = attr.SQPSN & 0xFFFFFF

@@ -87,6 +87,7 @@ type sendState struct {
 	rnrWait  bool      // an RNR timer runs: nothing is sent meanwhile
 	rnrTimer *time.Timer
 	goneBack uint32 // the PSN a READ's missing responses were last asked again from (+1; 0: none)
+	backHigh uint32 // after the PSN of the response that made the requester ask again
 	nakPSN   uint32 // the PSN of the sequence NAK last gone back for (+1; 0: none since progress)
 	cwnd     int    // the window in packets (window)
 	ssthresh int    // below it the window grows by what is acknowledged, above by one packet an ACK
@@ -626,7 +627,7 @@ func (s *sendState) ack(p *ib.Packet) {
 		}
 		if s.q.path.rnrRetry != 7 {
 			if s.rnrLeft--; s.rnrLeft < 0 {
-				s.fail(s.at(0), verbs.WCRnrRetryExcErr)
+				s.fail(s.at(0), verbs.WCRNRRetryExcErr)
 				return
 			}
 		}
@@ -685,9 +686,13 @@ func (s *sendState) readResponse(p *ib.Packet) {
 	case d < 0:
 		return // a duplicate
 	case d > 0:
-		// Responses were lost: ask again from the first missing one, once.
-		if d < int32(e.psns) && s.goneBack != want+1 {
-			s.goneBack = want + 1
+		// Responses were lost: ask again from the first missing one, once
+		// for the responses in flight; and again when the missing one is
+		// missing from the responses to that request too (a response for
+		// a PSN seen before the request was asked again belongs to it),
+		// rather than wait for the ACK timeout.
+		if d < int32(e.psns) && (s.goneBack != want+1 || ib.PSNDiff(p.PSN, s.backHigh) < 0) {
+			s.goneBack, s.backHigh = want+1, ib.PSNAdd(p.PSN, 1)
 			s.shrink()
 			s.goBack(want)
 		}

@@ -16,6 +16,7 @@ type respState struct {
 	epsn    uint32 // the PSN expected next
 	msn     uint32 // messages completed
 	nakSent bool   // a sequence NAK for epsn went out
+	acked   uint32 // the PSN after the last one an ACK (or response) acknowledged
 
 	// the SEND being received
 	recv struct {
@@ -60,6 +61,7 @@ func (r *respState) reset(epsn uint32) {
 	q := r.q
 	r.peer = q.path.dst
 	r.epsn, r.msn, r.nakSent = epsn&0xFFFFFF, 0, false
+	r.acked = r.epsn
 	r.recv.active, r.write.active = false, false
 	r.res = make([]resEntry, max(1, int(q.ep.Attr().MaxDestRdAtomic), maxIRDORD))
 	r.resNext = 0
@@ -70,9 +72,19 @@ func (r *respState) request(p *ib.Packet, ho *engine.Handoff) {
 	switch d := ib.PSNDiff(p.PSN, r.epsn); {
 	case d > 0:
 		// Packets were lost: tell the requester once, and drop until it
-		// resends from epsn (go-back-N).
+		// resends from epsn (go-back-N). What came in order before the
+		// gap is acknowledged first: a requester that resent after an
+		// earlier NAK may start no new retry from a NAK until an ACK has
+		// come (Linux rxe's completer: a second NAK in one retry is
+		// ignored, and the loss then costs a whole ACK timeout).
 		if !r.nakSent {
 			r.nakSent = true
+			if r.acked != r.epsn {
+				r.q.d.flushACKs() // a deferred one goes before the NAK, not after
+			}
+			if r.acked != r.epsn {
+				r.reply(ib.Acknowledge, ib.SyndromeACK|ib.CreditsNone, ib.PSNAdd(r.epsn, -1))
+			}
 			r.reply(ib.Acknowledge, ib.SyndromeNAK|ib.NAKPSNSeq, r.epsn)
 		}
 		return
@@ -305,6 +317,15 @@ func (r *respState) readResponses(psn uint32, src []byte) {
 		r.put(b.H, chunk)
 	}
 	r.bat.flush(r.q.d)
+	r.ackedTo(ib.PSNAdd(psn, n))
+}
+
+// ackedTo notes that an ACK or a response acknowledged every PSN before
+// next.
+func (r *respState) ackedTo(next uint32) {
+	if ib.PSNDiff(next, r.acked) > 0 {
+		r.acked = next
+	}
 }
 
 // remember keeps a READ or atomic for its duplicates.
@@ -348,6 +369,7 @@ func (r *respState) atomicAck(psn uint32, orig uint64) {
 	b.AETH(ib.SyndromeACK|ib.CreditsNone, r.msn)
 	b.AtomicAck(orig)
 	r.out(b.H, nil)
+	r.ackedTo(ib.PSNAdd(psn, 1))
 }
 
 // flushOrAtomicWrite executes a FLUSH or an ATOMIC_WRITE (IBTA 1.5).
@@ -423,6 +445,9 @@ func (r *respState) reply(op ib.Opcode, syndrome uint8, psn uint32) {
 	b.BTH(op, false, 0, r.q.path.pkey, r.q.path.destQPN, false, psn)
 	b.AETH(syndrome, r.msn)
 	r.out(b.H, nil)
+	if syndrome&0xE0 == ib.SyndromeACK {
+		r.ackedTo(ib.PSNAdd(psn, 1))
+	}
 }
 
 // out sends headers h (built at the batch's tail) and payload data

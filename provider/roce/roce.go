@@ -56,17 +56,22 @@
 // numbers themselves, by Modify as on any verbs device. In rdma_cm's UDP
 // port space (rdmacm.PortSpaceUDP) a UD QP learns the number and Q_Key of
 // the UD QP that serves an address by IB's service ID resolution (SIDR
-// REQ/REP), as librdmacm's udaddy does.
+// REQ/REP), as librdmacm's udaddy does. An exchange a peer leaves
+// unfinished is dropped within the CM's timeouts and counted
+// (Counters.CMTimeout): an Accept whose REP gets no RTU gives up after the
+// REQ's Local CM Response Timeout × (Max CM Retries + 1), at most 16 ×
+// 4.3 s, with a REJ (timeout) and its QP in ERR; a Dial whose REQs get no
+// answer, at its deadline.
 package roce
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 
 	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/verbs"
@@ -224,8 +229,8 @@ func activeMTU(addr netip.Addr) verbs.MTU {
 // Errors of the provider.
 var (
 	// ErrPortInUse reports that another process serves UDP port 4791 on the
-	// device's address (only one can).
-	ErrPortInUse = errors.New("roce: UDP port 4791 on this address is in use by another process (one process per address; use another address, e.g. 127.0.0.2)")
+	// device's address (only one can). It matches syscall.EADDRINUSE too.
+	ErrPortInUse = fmt.Errorf("UDP port 4791 of the address is another process's (one process per address; use another address, e.g. 127.0.0.2): %w", syscall.EADDRINUSE)
 
 	errNoGID = fmt.Errorf("%w: an RC QP of a RoCE device needs a global address (AHAttr.IsGlobal, GRH.DGID) to connect", verbs.ErrInvalid)
 )

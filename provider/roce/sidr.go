@@ -26,8 +26,11 @@ import (
 // a listener answers a repeated request with the reply it gave.
 
 // MaxUDPrivateData is the private data a UD resolution carries (the SIDR
-// REQ's 216 bytes less rdma_cm's header).
-const MaxUDPrivateData = ib.SIDRReqPrivLen - ib.CMAHdrLen
+// REQ's 216 bytes less rdma_cm's 36-byte header).
+const MaxUDPrivateData = 180
+
+// The literal above shows in go doc; the wire's sizes must give it.
+var _ = [1]struct{}{}[MaxUDPrivateData-(ib.SIDRReqPrivLen-ib.CMAHdrLen)]
 
 // SIDR REP statuses (IBA table 121).
 const (
@@ -67,9 +70,9 @@ type udState struct {
 	waits map[uint32]*sidrWait
 }
 
-// ResolveUD resolves the UD QP at addr (host:port) for qp, a UD QP of a
+// resolveUD resolves the UD QP at addr (host:port) for qp, a UD QP of a
 // RoCE device (rdma_connect on an identifier of the UDP port space).
-func ResolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byte) (cm.UDPeer, error) {
+func resolveUD(ctx context.Context, addr string, qp *verbs.QP, privateData []byte) (cm.UDPeer, error) {
 	ap, err := resolve(addr)
 	if err != nil {
 		return cm.UDPeer{}, err

@@ -36,8 +36,8 @@ func TestSourcePortEntropy(t *testing.T) {
 			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
 			{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: 0x100 + uint32(i),
 				AHAttr: verbs.AHAttr{PortNum: 1, IsGlobal: true, GRH: verbs.GlobalRoute{DGID: ib.GIDOf(peerAddr), HopLimit: 64}}},
-				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRnrTimer},
-			{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 20, RetryCnt: 0}, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRnrRetry | verbs.QPAttrMaxQPRdAtomic},
+				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+			{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 20, RetryCnt: 0}, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
 		}
 		for _, st := range steps {
 			if err := s.QP.Modify(&st.a, st.m); err != nil {

@@ -48,7 +48,8 @@ func (transport) DeviceFor(addr string, listen bool) (string, error) {
 }
 
 func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
-	l, err := Listen(addr)
+	c, _ := cfg.(*Config)
+	l, err := Listen(addr, c)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,9 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 }
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry, RetryCount: p.RetryCount})
+	cfg, _ := p.Config.(*Config)
+	c, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD),
+		RNRRetry: cm.Explicit(int(p.RNRRetry)), RetryCount: cm.Explicit(int(p.RetryCount))}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +79,7 @@ func (l listener) Next(ctx context.Context) (cm.Request, error) {
 type request struct{ *Request }
 
 func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), RNRRetry: cm.Explicit(int(p.RNRRetry))})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +97,7 @@ func (transport) ListenUD(addr string, cfg any) (cm.Listener, error) {
 
 // ResolveUD implements cm.UDResolver.
 func (transport) ResolveUD(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.UDPeer, error) {
-	return ResolveUD(ctx, addr, qp, p.PrivateData)
+	return resolveUD(ctx, addr, qp, p.PrivateData)
 }
 
 type udListenerCM struct{ *UDListener }

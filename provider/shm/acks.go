@@ -293,7 +293,7 @@ func (c *conn) checkRNR() {
 		return
 	}
 	atomicx.ReleaseU64(&c.wait.acks.head, h+1)
-	more := c.req.CompleteDeferred(e.w, e.seq, verbs.WCRnrRetryExcErr)
+	more := c.req.CompleteDeferred(e.w, e.seq, verbs.WCRNRRetryExcErr)
 	c.wait.mu.Unlock()
 	if more {
 		c.req.Transmit()

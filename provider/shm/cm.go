@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/cm"
+	"github.com/goverbs/goverbs/internal/defaults"
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -141,7 +142,7 @@ func (transport) Listen(addr string, cfg any) (cm.Listener, error) {
 
 func (transport) Dial(ctx context.Context, addr string, qp *verbs.QP, p cm.Params) (cm.Conn, error) {
 	c, _ := p.Config.(*Config)
-	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry}, c)
+	conn, err := Dial(ctx, addr, qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), RNRRetry: cm.Explicit(int(p.RNRRetry))}, c)
 	if err != nil {
 		return nil, err
 	}
@@ -163,14 +164,24 @@ func (l listener) Next(ctx context.Context) (cm.Request, error) {
 type request struct{ *Request }
 
 func (r request) Accept(qp *verbs.QP, p cm.Params) (cm.Conn, error) {
-	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: p.IRD, ORD: p.ORD, RNRRetry: p.RNRRetry})
+	c, err := r.Request.Accept(qp, Params{PrivateData: p.PrivateData, IRD: cm.Explicit(p.IRD), ORD: cm.Explicit(p.ORD), RNRRetry: cm.Explicit(int(p.RNRRetry))})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func clampDepth(v int) uint16 { return uint16(max(0, min(v, maxIRDORD))) }
+// clampDepth is a Params depth as the wire carries it: 0 is the most, a
+// negative value none.
+func clampDepth(v int) uint16 {
+	if v == 0 {
+		return maxIRDORD
+	}
+	return uint16(max(0, min(v, maxIRDORD)))
+}
+
+// rnrRetry is a Params rnr_retry: 0 is 7 (for ever), a negative value none.
+func rnrRetry(v int) uint8 { return uint8(min(defaults.Int(v, 7), 7)) }
 
 // Listener accepts connection requests on a Unix socket.
 type Listener struct {
@@ -394,7 +405,7 @@ func (r *Request) Accept(qp *verbs.QP, p Params) (*Conn, error) {
 	if h := testHookAccepted.Load(); h != nil {
 		(*h)()
 	}
-	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), p.RNRRetry, r.cfg)
+	c := newConn(ep, r.uc, mine, peer, r.hello.qpn, r.hello.pdata, int(ird), int(ord), rnrRetry(p.RNRRetry), r.cfg)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -510,7 +521,7 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p Params, config *Conf
 	}
 	uc.SetReadDeadline(time.Time{})
 	// Our ORD is bounded by the peer's IRD, its ORD by ours.
-	c := newConn(ep, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)), p.RNRRetry, &cfg)
+	c := newConn(ep, uc, mine, peer, rep.qpn, rep.pdata, int(hello.ird), int(min(hello.ord, rep.ird)), rnrRetry(p.RNRRetry), &cfg)
 	if err := c.start(); err != nil {
 		return nil, err
 	}
@@ -574,5 +585,5 @@ func (x *Conn) Disconnect() error {
 // Errors a connection ends with.
 var (
 	ErrLocalDisconnect = fmt.Errorf("shm: %w", cm.ErrLocalDisconnect)
-	ErrPeerDisconnect  = fmt.Errorf("shm: %w", cm.ErrPeerDisconnect)
+	ErrDisconnected    = fmt.Errorf("shm: %w", cm.ErrPeerDisconnect)
 )

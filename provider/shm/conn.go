@@ -215,7 +215,7 @@ func (c *conn) peerGone(err error) {
 	default:
 	}
 	if errors.Is(err, errPeerClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-		err = ErrPeerDisconnect // it closed, exited or died: the kernel closed its socket
+		err = ErrDisconnected // it closed, exited or died: the kernel closed its socket
 	}
 	c.fail(err)
 }
@@ -382,12 +382,12 @@ func (c *conn) progress(ho *engine.Handoff) {
 // Modify implements engine.Transport: the access flags and the RNR timer
 // that the peer reads from our segment are republished.
 func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
-	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRnrTimer) != 0 && c.enter() {
+	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer) != 0 && c.enter() {
 		if mask&verbs.QPAttrAccessFlags != 0 {
 			atomic.StoreUint32(c.mine.U32(offAccess), uint32(attr.QPAccessFlags))
 		}
-		if mask&verbs.QPAttrMinRnrTimer != 0 {
-			atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(attr.MinRnrTimer))
+		if mask&verbs.QPAttrMinRNRTimer != 0 {
+			atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(attr.MinRNRTimer))
 		}
 		c.leave()
 	}

@@ -319,8 +319,8 @@ func TestKillTargetMidTransfer(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the connection did not end")
 			}
-			if !errors.Is(c.Err(), shm.ErrPeerDisconnect) {
-				t.Fatalf("connection error %v, want %v", c.Err(), shm.ErrPeerDisconnect)
+			if !errors.Is(c.Err(), shm.ErrDisconnected) {
+				t.Fatalf("connection error %v, want %v", c.Err(), shm.ErrDisconnected)
 			}
 			if !bytes.Equal(guard, want) {
 				t.Fatal("memory outside the sink changed")

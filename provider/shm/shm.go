@@ -231,11 +231,13 @@ type Params struct {
 	// at most MaxPrivateData bytes.
 	PrivateData []byte
 	// IRD (responder_resources): RDMA reads/atomics this side accepts
-	// outstanding; ORD (initiator_depth): those it issues. At most 128.
+	// outstanding; ORD (initiator_depth): those it issues. At most 128;
+	// 0 means 128, a negative value none.
 	IRD, ORD int
 	// RNRRetry is the QP's rnr_retry: how often a SEND that finds no
 	// receive is retried before it fails; 7 (or more) retries for ever.
-	RNRRetry uint8
+	// 0 means 7, a negative value none.
+	RNRRetry int
 }
 
 // DeviceName is the name of the shared-memory device.

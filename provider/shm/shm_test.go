@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/cm"
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
@@ -85,7 +86,7 @@ func open(t testing.TB) *verbs.Context {
 type fixture struct{}
 
 func (fixture) Caps() conformance.Caps {
-	return conformance.Caps{RNR: true, Atomics: true, Immediate: true, Invalidate: true, Flush: true}
+	return conformance.Caps{RNR: true, Atomics: true, Immediate: true, Invalidate: true, MemoryWindows: true, Rereg: true, ResizeCQ: true, Flush: true}
 }
 
 func (fixture) Open(t testing.TB) (a, b *verbs.Context) { return open(t), open(t) }
@@ -97,7 +98,8 @@ func (fixture) Connect(t testing.TB, a, b *verbs.QP, attr verbs.QPAttr) error {
 			return err
 		}
 	}
-	p := shm.Params{IRD: int(attr.MaxDestRdAtomic), ORD: int(attr.MaxRdAtomic), RNRRetry: attr.RnrRetry}
+	// The case's values are exact: a 0 is none (cm.Explicit), not the default.
+	p := shm.Params{IRD: cm.Explicit(int(attr.MaxDestRdAtomic)), ORD: cm.Explicit(int(attr.MaxRdAtomic)), RNRRetry: cm.Explicit(int(attr.RNRRetry))}
 	connect(t, a, b, p, p)
 	return nil
 }

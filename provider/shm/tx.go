@@ -32,6 +32,7 @@ type sender struct {
 	dWin    uint64
 	dOpen   bool
 	words   winWords
+	lane    engine.Lane // what OpenLane lends (the held region)
 	stallAt atomic.Uint64
 	stalled atomic.Bool // Send stalled for ring space or ordering
 	// pokeOwed: SendDirect published records the peer asked to be poked for.
@@ -39,7 +40,8 @@ type sender struct {
 
 	// Counters for tests: requests done directly, requests sent through the
 	// peer, SENDs by reference, SENDs SendDirect put in the ring (also in
-	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect).
+	// nRing), WRITEs and READs oneSidedDirect carried out (also in nDirect;
+	// with those the engine carried out on the lane, added at DirectEnd).
 	nDirect, nRing, nRef, nPosted, nPostedOneSided uint64
 }
 
@@ -328,14 +330,48 @@ func (c *conn) dropHeld() {
 	if r := c.out.dHeld; r != nil {
 		c.out.dHeld = nil
 		c.out.dStatic, c.out.dLive = 0, 0
+		c.out.lane.Mem, c.out.lane.Need = nil, 0 // no longer ours to lend
 		r.drop()
 	}
+}
+
+// OpenLane implements engine.LaneSender: the held region, when directAt
+// would take a request on it (its bounds aside), opening the window.
+func (c *conn) OpenLane(rkey uint32, need verbs.AccessFlags) *engine.Lane {
+	if c.out.cur.busy {
+		return nil
+	}
+	if !c.out.dOpen {
+		c.openWindow()
+	}
+	r := c.out.dHeld
+	if r == nil || r.rkey != rkey || c.out.dStatic&need != need {
+		if r = c.holdRegion(rkey, need); r == nil {
+			return nil
+		}
+	}
+	if c.out.dLive&need != need && !c.live(r, need) {
+		return nil
+	}
+	l := &c.out.lane
+	l.RKey, l.Base, l.Mem, l.Need, l.Max = r.rkey, r.base, r.mem, c.out.dLive&c.out.dStatic, oneSidedDirectMax
+	l.Hook = nil
+	if h := testHookInWindow.Load(); h != nil {
+		l.Hook = *h
+	}
+	return l
 }
 
 // DirectEnd implements engine.DirectSender: the end of a PostSend's
 // direct requests closes their window. A release store: what the window
 // wrote is visible before the peer sees it closed.
 func (c *conn) DirectEnd() {
+	if n := c.out.lane.N; n != 0 {
+		c.out.lane.N = 0
+		c.out.nDirect += n
+		c.out.nPostedOneSided += n
+	}
+	c.out.lane.Need = 0
 	c.out.dLive = 0
 	if c.out.dOpen {
 		c.out.dOpen = false

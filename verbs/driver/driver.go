@@ -70,6 +70,32 @@ type MR = interface {
 	Dereg() error
 }
 
+// MWAllocator is a PD that has memory windows (optional: verbs returns
+// ErrNotSupported from PD.AllocMW without it).
+type MWAllocator = interface {
+	AllocMW(mw *verbs.MW, typ verbs.MWType) (MW, error)
+}
+
+// MW is a memory window. RKey is the key of the last bind posted for it
+// (or its first key).
+type MW = interface {
+	RKey() uint32
+	Dealloc() error
+}
+
+// MRRereger is an MR that can be re-registered (optional; MR.Rereg).
+// Rereg gets the region's whole new description, the unchanged parts
+// included, and returns the region's new object (with new keys), which
+// replaces the old one: the old one is not deregistered.
+type MRRereger = interface {
+	Rereg(pd PD, buf []byte, addr uint64, access verbs.AccessFlags) (MR, error)
+}
+
+// CQResizer is a CQ that can be resized (optional; CQ.Resize).
+type CQResizer = interface {
+	Resize(cqe int) error
+}
+
 // CompChannel is a completion event channel.
 type CompChannel = interface {
 	// GetEvent blocks until a CQ of the channel has an event or ctx is done.
@@ -115,6 +141,11 @@ type AH = interface {
 // a name twice replaces the earlier provider.
 func Register(name string, p Provider) { registry.Register(name, p) }
 
+// The provider's object behind a verbs object, for a provider that is
+// handed one: a CQ or SRQ in a QPInitAttr, an AH in a SendWR, a QP in a
+// provider's own connect call (loop.Connect), an MR and an MW in a
+// window's bind.
+
 // QPOf returns the provider's object behind qp (nil for nil).
 func QPOf(qp *verbs.QP) QP { return of[QP](qp) }
 
@@ -129,6 +160,9 @@ func AHOf(ah *verbs.AH) AH { return of[AH](ah) }
 
 // MROf returns the provider's object behind mr (nil for nil).
 func MROf(mr *verbs.MR) MR { return of[MR](mr) }
+
+// MWOf returns the provider's object behind mw (nil for nil).
+func MWOf(mw *verbs.MW) MW { return of[MW](mw) }
 
 func of[T any](obj any) T {
 	d, _ := registry.Unwrap(obj).(T)

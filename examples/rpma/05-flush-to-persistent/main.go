@@ -128,7 +128,7 @@ func client(ctx context.Context, o *common.Opts, args []string) error {
 		return err
 	}
 	typ := rpma.FlushVisibility
-	if pcfg.DirectWriteToPmem() && dst.FlushType()&rpma.UsageFlushTypePersistent != 0 {
+	if pcfg.DirectWriteToPmem() && dst.SupportsFlush(rpma.FlushPersistent) {
 		o.Printf("RPMA_FLUSH_TYPE_PERSISTENT is supported\n")
 		typ = rpma.FlushPersistent
 	} else {

@@ -130,7 +130,7 @@ func client(ctx context.Context, o *common.Opts, args []string) error {
 	used := binary.LittleEndian.Uint64(local.Bytes())
 	o.Printf("used value: %d\n", used)
 	typ := rpma.FlushVisibility
-	if remote.FlushType()&rpma.UsageFlushTypePersistent != 0 {
+	if remote.SupportsFlush(rpma.FlushPersistent) {
 		typ = rpma.FlushPersistent
 	}
 	for _, word := range args {

@@ -197,8 +197,9 @@ func TestEventsWaitEnds(t *testing.T) {
 
 // A bandwidth run whose send queue outruns the transport blocks for its
 // completions in event mode: 1 MiB WRITEs and SENDs, sixteen in flight, are
-// more than loopback TCP's socket buffers hold. (A READ over shm is the
-// initiator's own copy: its completion is there at once.)
+// more than loopback TCP's socket buffers hold. Over shm the run need not
+// block: a WRITE or READ is the initiator's own copy, whose completion may
+// be there at once; it must still count right and take no stray event.
 func TestEventsBandwidthBlocks(t *testing.T) {
 	leakcheck.Check(t)
 	for _, dev := range []string{"iwarp0", "shm0"} {
@@ -213,7 +214,7 @@ func TestEventsBandwidthBlocks(t *testing.T) {
 				}
 				checkEventResult(t, c, r, false)
 				t.Logf("%s %s: %d events for %d requests", dev, test, r.Events, r.Iters)
-				if r.Events < 1 && !(dev == "shm0" && test == "read_bw") {
+				if r.Events < 1 && dev == "iwarp0" {
 					t.Fatalf("%d events: the run never blocked", r.Events)
 				}
 			})

@@ -98,7 +98,7 @@ func (s *side) threadDomain(c *Config) error {
 	if !strings.HasPrefix(c.Test, "write_") && !strings.HasPrefix(c.Test, "read_") {
 		return nil
 	}
-	ctx, pd := s.id.Context(), s.id.PD()
+	ctx, pd := s.id.DeviceContext(), s.id.PD()
 	if ctx == nil || pd == nil {
 		return nil // the identifier has no device yet: no thread domain
 	}
@@ -211,7 +211,7 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 func (s *side) accept(ctx context.Context, c *Config) error {
 	req := s.id
 	attr := qpAttr(c)
-	if err := s.ev.attach(req.Context(), attr); err != nil {
+	if err := s.ev.attach(req.DeviceContext(), attr); err != nil {
 		req.Reject(nil)
 		return err
 	}
@@ -334,7 +334,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 			return Result{}, err
 		}
 		attr := qpAttr(&c)
-		if err := ev.attach(id.Context(), attr); err != nil {
+		if err := ev.attach(id.DeviceContext(), attr); err != nil {
 			return Result{}, err
 		}
 		if err := id.CreateQP(s.pd, *attr); err != nil {
@@ -369,7 +369,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		}
 	}
 	if err == nil {
-		r.Device = ss[0].id.Context().Device().Name()
+		r.Device = ss[0].id.DeviceContext().Device().Name()
 		r.Events = ev.count()
 		for _, s := range ss {
 			s.id.Disconnect()

@@ -375,7 +375,7 @@ func (p *ptSession) dial(ctx context.Context, addr string) (*rdmacm.ID, error) {
 			return nil, err
 		}
 		attr := ptQPAttr(p.c)
-		if err := p.ev.attach(id.Context(), &attr); err != nil {
+		if err := p.ev.attach(id.DeviceContext(), &attr); err != nil {
 			id.Close()
 			return nil, err
 		}
@@ -397,7 +397,7 @@ func (p *ptSession) accept(ctx context.Context, ln *rdmacm.ID) (*rdmacm.ID, erro
 		return nil, err
 	}
 	attr := ptQPAttr(p.c)
-	if err := p.ev.attach(req.Context(), &attr); err != nil {
+	if err := p.ev.attach(req.DeviceContext(), &attr); err != nil {
 		req.Reject(nil)
 		req.Close()
 		return nil, err
@@ -476,7 +476,7 @@ func ptBegin(ctx context.Context, c *Config, ln *rdmacm.ID, addr string) (*ptSes
 	}
 	// perftest counts receiver credits only over iWARP, which has no RNR
 	// retry; over IB and RoCE a sender that finds no receive waits.
-	p.credit = c.Test == "send_bw" && id.Context().Device().TransportType() == verbs.TransportIWARP
+	p.credit = c.Test == "send_bw" && id.DeviceContext().Device().TransportType() == verbs.TransportIWARP
 	if err := p.prefix(ctx, ln, addr); err != nil {
 		p.close()
 		return nil, err
@@ -500,7 +500,7 @@ func RunPerftest(ctx context.Context, addr string, c Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Device = p.comm.id.Context().Device().Name()
+	r.Device = p.comm.id.DeviceContext().Device().Name()
 	r.Events = p.ev.count()
 	p.comm.linger(ctx, 200*time.Millisecond)
 	for _, q := range p.qps {

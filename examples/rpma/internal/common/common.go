@@ -92,7 +92,7 @@ func (o *Opts) ConnCfg(cfg *rpma.ConnCfg) *rpma.ConnCfg {
 
 // NewPeer makes a peer for addr (common_peer_via_address).
 func NewPeer(addr string) (*rpma.Peer, error) {
-	ctx, err := rpma.IBVContext(addr)
+	ctx, err := rpma.DeviceContext(addr)
 	if err != nil {
 		return nil, err
 	}

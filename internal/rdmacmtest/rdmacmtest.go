@@ -1,6 +1,9 @@
-// Package testpair makes connected QP pairs over each pure-Go provider
-// for the tests of packages above them (faults, capture).
-package testpair
+// Package rdmacmtest is a test helper, as net/http/httptest is: it makes
+// connected QP pairs over each pure-Go provider (through rdmacm, or
+// loop.Connect) for the tests of packages that sit above the providers
+// (faults, capture). It imports rdmacm and provider/loop, so no package
+// below them may import it; only _test files do.
+package rdmacmtest
 
 import (
 	"context"
@@ -80,7 +83,7 @@ func Connect(t *testing.T, tr string, retry uint8) (a, b *End) {
 		}
 		got <- req
 	}()
-	c, err := rdmacm.DialFrom(ctx, src, ln.LocalAddr().String(), &verbs.QPInitAttr{Cap: Cap}, &rdmacm.ConnParam{RetryCount: retry, RNRRetryCount: 7, ResponderResources: 16, InitiatorDepth: 16})
+	c, err := rdmacm.DialFrom(ctx, src, ln.LocalAddr().String(), &verbs.QPInitAttr{Cap: Cap}, &rdmacm.ConnParam{RetryCount: int(retry), RNRRetryCount: 7, ResponderResources: 16, InitiatorDepth: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func Connect(t *testing.T, tr string, retry uint8) (a, b *End) {
 }
 
 func idEnd(t *testing.T, id *rdmacm.ID) *End {
-	e := &End{Ctx: id.Context(), QP: id.QP(), SCQ: id.SendCQ(), RCQ: id.RecvCQ(), ID: id, Buf: make([]byte, 4096)}
+	e := &End{Ctx: id.DeviceContext(), QP: id.QP(), SCQ: id.SendCQ(), RCQ: id.RecvCQ(), ID: id, Buf: make([]byte, 4096)}
 	var err error
 	if e.MR, err = id.PD().RegMR(e.Buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
 		t.Fatal(err)
