@@ -14,7 +14,15 @@
 # and the other way round. perftest refuses -e for its WRITE tests
 # ("Events feature not available on WRITE verb"): there only goverbs runs
 # with -e. atomic_lat runs on rxe only (siw has no atomics). A case passes
-# when both ends exit 0 and the client printed its result line. The lab is
+# when both ends exit 0 and the client printed its result line.
+#
+# Known failures (2026-11-28, the lab's perftest 4.5-0.17): send_lat over
+# rxe0 hangs in both roles whenever perftest runs with -e, goverbs' side
+# polling or not (perftest against itself passes): its latency loop waits
+# on one channel for both CQs and polls the receive CQ once per event, so
+# it depends on the order in which its send and receive completions
+# arrive. send_lat at 64 KiB over siw0 fails with or without -e (main's
+# build too). The lab is
 # shared: this script leaves it running, never stops or restarts it, and
 # ends only the perftest process it started, by its id.
 set -uo pipefail
