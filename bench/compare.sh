@@ -6,6 +6,11 @@
 #       ucx_perftest tag_lat (tcp, posix shared memory). The median is the
 #       figure ../shared/bench gives for UCX (lat_oneway_p50_us) and perftest's
 #       t_typical; the mean also carries the stalls the machine adds.
+#   blocking latency (one-way, median and mean; EVENTS=0 leaves it out):
+#       goverbs perf send_lat -e (completion events: ReqNotify, GetEvent)
+#       between two processes  vs  UCX ucx_perftest tag_lat -E sleep (tcp,
+#       posix) and a Go net.Conn ping-pong over a Unix socket and loopback
+#       TCP (bench/sockpp), every side blocked between messages
 #   bandwidth (streaming):   goverbs perf write_bw  vs  UCX ucx_perftest tag_bw
 #       (tcp, posix) and raw loopback TCP (iperf3 -l SIZE); both warm up
 #       first (BW_WARM untimed requests, as UCX's -w 100)
@@ -60,6 +65,16 @@ POST_LIST=${POST_LIST:-}
 # send_bw posts every receive before the run), with its own ratios.
 SEND_BW=${SEND_BW:-}
 SHARED_BENCH=${SHARED_BENCH:-../shared/bench}
+# EVENTS=0 leaves out the blocking-latency table (goverbs perf -e, UCX -E
+# sleep, the kernel sockets' ping-pong).
+EVENTS=${EVENTS:-1}
+# The ports the tools listen on (change them when another run may share
+# the machine): libfabric, UCX, iperf3, and the blocking table's (goverbs
+# perf -e and bench/sockpp).
+FI_PORT=${FI_PORT:-47610}
+UCX_PORT=${UCX_PORT:-13377}
+IPERF_PORT=${IPERF_PORT:-5299}
+EV_PORT=${EV_PORT:-7590}
 # Before each size of each round, wait up to IDLE_WAIT seconds for the CPUs
 # to be idle (../shared/bench/src/idlewait.sh: other work shares the machine,
 # and means are sensitive to it); the busy share found is printed.
@@ -80,6 +95,7 @@ fi
 BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
 go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
+go build -o "$BIN/sockpp" ./bench/sockpp || exit 1
 floors=""
 case " $GOVERBS_DEVS " in *" shm0 "*)
 	if [ -f "$SHARED_BENCH/src/memcpy_bw.c" ] && gcc -O2 -o "$BIN/memcpy_bw" "$SHARED_BENCH/src/memcpy_bw.c" &&
@@ -118,18 +134,32 @@ jsonval() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" | tail -1; }
 
 fi_lat() { # provider endpoint size iters
 	local dom="-d lo"; [ "$1" = shm ] && dom=""
-	pair "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -B 47610" "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -P 47610 127.0.0.1" |
+	pair "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -B $FI_PORT" "fi_pingpong -p $1 -e $2 $dom -S $3 -I $4 -P $FI_PORT 127.0.0.1" |
 		awk 'NF==8 && $5 ~ /s$/ {v=$7} END{print v}'
 }
-ucx() { # TLS test size iters [warm-up] -> "lat_p50_us lat_mean_us bw_MBps"
+ucx() { # TLS test size iters [warm-up [more flags]] -> "lat_p50_us lat_mean_us bw_MBps"
 	local env="UCX_TLS=$1"; [ "$1" = tcp ] && env="$env UCX_NET_DEVICES=lo"
-	local w=${5:-100}
-	pair "$env ucx_perftest -t $2 -s $3 -n $4 -w $w -p 13377 -f" "$env ucx_perftest 127.0.0.1 -t $2 -s $3 -n $4 -w $w -p 13377 -f" |
+	local w=${5:-100} more=${6:-}
+	pair "$env ucx_perftest -t $2 -s $3 -n $4 -w $w -p $UCX_PORT -f $more" "$env ucx_perftest 127.0.0.1 -t $2 -s $3 -n $4 -w $w -p $UCX_PORT -f $more" |
 		awk 'NF==8 && $1 ~ /^[0-9]+$/ {p=$2; l=$4; b=$6*1.048576} END{if (l!="") print p, l, b}'
 }
 iperf() { # size
-	pair "iperf3 -s -1 -B 127.0.0.1 -p 5299" "iperf3 -c 127.0.0.1 -p 5299 -t 3 -O 1 -J -l $1" |
+	pair "iperf3 -s -1 -B 127.0.0.1 -p $IPERF_PORT" "iperf3 -c 127.0.0.1 -p $IPERF_PORT -t 3 -O 1 -J -l $1" |
 		python3 -c 'import json,sys; d=sys.stdin.read(); print(json.loads(d[d.index("{"):])["end"]["sum_received"]["bits_per_second"]/8e6)' 2>/dev/null
+}
+
+# The blocking table: iterations per size (a blocking round trip costs tens
+# of microseconds: two wake-ups) and untimed ones first.
+elat_iters() { case $1 in 8|4096) echo 10000 ;; 65536) echo 5000 ;; *) echo 500 ;; esac; }
+EV_WARM=${EV_WARM:-1000}
+# evlat BIN DEV SIZE ITERS: goverbs perf send_lat -e between two processes.
+evlat() {
+	pair "$1 perf send_lat -d $2 --server -e -p $EV_PORT" "$1 perf send_lat -d $2 localhost -p $EV_PORT -e -s $3 -n $4 -w $EV_WARM -json"
+}
+# sock NET SIZE ITERS: bench/sockpp between two processes.
+sock() {
+	local a="@goverbs-sockpp-$EV_PORT"; [ "$1" = tcp ] && a="127.0.0.1:$EV_PORT"
+	pair "$BIN/sockpp -server -net $1 -addr $a" "$BIN/sockpp -net $1 -addr $a -s $2 -n $3 -w $EV_WARM"
 }
 
 # builds ROUND: the goverbs builds to measure, in this round's order;
@@ -162,6 +192,28 @@ for r in $(seq "$ROUNDS"); do
 		if [ -n "$floors" ] && [ "$S" = 8 ]; then
 			rec "$r" lat50 "$S" "cache-line ping-pong" "$(pair "$BIN/goshm server" "$BIN/goshm client" |
 				sed -n 's/.*one-way p50=\([0-9.]*\)\(n\|µ\)s.*/\1 \2/p' | awk '{print ($2=="n") ? $1/1000 : $1}')"
+		fi
+		if [ "$EVENTS" = 1 ]; then
+			E=$(elat_iters "$S")
+			for dev in $GOVERBS_DEVS; do
+				for who in $(builds "$r"); do
+					out=$(evlat "$(bin "$who")" "$dev" "$S" "$E")
+					rec "$r" elat "$S" "$(label "$who") $dev-e" "$(echo "$out" | jsonval t_avg_us)"
+					rec "$r" elat50 "$S" "$(label "$who") $dev-e" "$(echo "$out" | jsonval t_typical_us)"
+				done
+			done
+			for tls in tcp posix; do
+				t=$tls; [ "$tls" = posix ] && t=posix,self
+				out=$(ucx "$t" tag_lat "$S" "$E" "$EV_WARM" "-E sleep")
+				rec "$r" elat "$S" "UCX $tls -E sleep" "$(echo "$out" | cut -d' ' -f2)"
+				rec "$r" elat50 "$S" "UCX $tls -E sleep" "$(echo "$out" | cut -d' ' -f1)"
+			done
+			for net in unix tcp; do
+				name="Unix socket"; [ "$net" = tcp ] && name="TCP socket"
+				out=$(sock "$net" "$S" "$E")
+				rec "$r" elat "$S" "$name" "$(echo "$out" | jsonval t_avg_us)"
+				rec "$r" elat50 "$S" "$name" "$(echo "$out" | jsonval t_typical_us)"
+			done
 		fi
 		for dev in $GOVERBS_DEVS; do
 			for who in $(builds "$r"); do
@@ -200,6 +252,7 @@ table() { # metric title unit better
 	devs="$GOVERBS_DEVS"
 	[ -n "$POST_LIST" ] && [ "$1" = bw ] && devs="$devs shm0-l$POST_LIST"
 	[ -n "$SEND_BW" ] && [ "$1" = bw ] && devs="$devs shm0-send"
+	case $1 in elat*) devs=$(for d in $GOVERBS_DEVS; do printf '%s-e ' "$d"; done) ;; esac
 	awk -F'\t' -v m="$1" -v devs="$devs" '
 		$1==m {v[$2"\t"$3]=$4; if (!($3 in seen)) {seen[$3]=1; tools[++nt]=$3}; if (!($2 in ss)) {ss[$2]=1; sizes[++ns]=$2}}
 		END {
@@ -223,6 +276,10 @@ table() { # metric title unit better
 	echo "goverbs vs peers, $(date -u +%FT%TZ), $(nproc) CPUs, $ROUNDS interleaved rounds"
 	table lat50 "one-way latency (median of each run's samples)" "us" "above 1: goverbs slower"
 	table lat "one-way latency (mean)" "us" "above 1: goverbs slower"
+	if [ "$EVENTS" = 1 ]; then
+		table elat50 "blocking one-way latency, two processes, every side asleep between messages (median)" "us" "above 1: goverbs slower"
+		table elat "blocking one-way latency, two processes (mean)" "us" "above 1: goverbs slower"
+	fi
 	table bw "streaming bandwidth" "MB/s" "below 1: goverbs slower"
 } | tee "$OUT/table.txt"
 "$BIN/plot" -in "$OUT/median.tsv" -out "$OUT/compare.png" -title "goverbs vs peers, loopback, $(nproc) CPUs" && echo "plot: $OUT/compare.png"

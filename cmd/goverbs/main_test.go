@@ -63,6 +63,28 @@ func TestPerfPostList(t *testing.T) {
 	}
 }
 
+// Event mode (perftest's -e, --events) reaches the test's configuration,
+// in either role and with -R; it is off by default.
+func TestPerfEvents(t *testing.T) {
+	for _, args := range [][]string{
+		{"send_lat", "-e"},
+		{"write_lat", "--events", "-d", "shm0"},
+		{"send_bw", "127.0.0.1", "-e", "-R"},
+		{"read_bw", "--server", "-e"},
+	} {
+		r, err := parsePerf(args)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if !r.cfg.Events {
+			t.Errorf("%q: not in event mode", args)
+		}
+	}
+	if r, err := parsePerf([]string{"send_lat"}); err != nil || r.cfg.Events {
+		t.Fatalf("default: %+v %v", r, err)
+	}
+}
+
 // Every flag spelling that scripts use keeps working: the single-dash long
 // names of Go's flag package (-json, -server), perftest's short flags
 // anywhere, and GNU long names.

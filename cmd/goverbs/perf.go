@@ -62,6 +62,18 @@ Method.
   complete (send_bw posts every receive before the run, so it runs -n
   iterations, at most 8192).
 
+-e (--events, perftest's -e) waits for completions the C way instead of
+busy-polling: every CQ armed with ReqNotify, the loop blocks in
+CompChannel.GetEvent when a poll finds nothing, acknowledges the event
+(AckEvents) and re-arms the CQ before polling again. It is each end's own
+choice (give it to both for a blocking run, as with perftest). Its
+write_lat signals each RDMA WRITE with immediate data, whose receive
+completion is what the peer blocks for (a plain WRITE raises no event at
+its target); with -R, write_lat polls the message's last byte as perftest
+does and only waits for its own completions by event (perftest refuses
+-e for its WRITE tests). The passive end of a one-sided test lets the
+connection progress by itself instead of polling.
+
 -R speaks perftest's own rdma_cm protocol instead of goverbs' (control
 connection, version and pingpong_dest exchange, receiver credits for
 send_bw over iWARP), so goverbs works against ib_send_bw, ib_write_bw,
@@ -153,6 +165,7 @@ func parsePerf(args []string) (*perfRun, error) {
 	server := fs.Bool("server", false, "wait for a client")
 	js := fs.Bool("json", false, "print results as JSON lines (a server prints no results)")
 	pt := fs.BoolP("rdma-cm", "R", false, "perftest's rdma_cm protocol: interoperate with ib_*_bw/ib_*_lat -R")
+	ev := fs.BoolP("events", "e", false, "wait for completions with completion events (ReqNotify, GetEvent) instead of busy-polling")
 	args, err := fs.parse(args)
 	if err != nil {
 		return nil, err
@@ -245,7 +258,7 @@ func parsePerf(args []string) (*perfRun, error) {
 	}
 
 	c := perf.Config{Test: test, Size: *size, Iters: *iters, Duration: dur.Truncate(time.Millisecond),
-		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod, PostList: *postList}
+		TxDepth: *depth, QPs: *qps, Warmup: *warm, CQMod: *cqMod, PostList: *postList, Events: *ev}
 	if !fs.Changed("warmup") && !*pt && r.lat {
 		c.Warmup = defaultWarmup
 	}
@@ -425,6 +438,9 @@ func (r *perfRun) run() error {
 		if r.perftest {
 			proto = ", perftest's rdma_cm protocol"
 		}
+		if c.Events {
+			proto += ", completion events (-e)"
+		}
 		fmt.Printf("goverbs perf %s: device %s (provider %s: %s), %s%s\n", c.Test, r.dev, prov, what, where, proto)
 		if r.lat {
 			fmt.Fprintln(w, "#bytes\t#iterations\tt_min[usec]\tt_max[usec]\tt_typical[usec]\tt_avg[usec]\tt_stdev[usec]\t99% percentile[usec]\t99.9% percentile[usec]\t")
@@ -470,12 +486,17 @@ func (r *perfRun) run() error {
 	return w.Flush()
 }
 
+// summaryEventTests are the tests the summary table also runs in event
+// mode (-e), beside their polling rows.
+var summaryEventTests = []string{"send_lat", "write_lat", "send_bw"}
+
 // perfAll runs every test once in loopback with its defaults and prints
 // one table.
 func perfAll() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	fmt.Println("goverbs perf: every test in loopback, one process, both ends busy-polling:")
+	fmt.Println("goverbs perf: every test in loopback, one process, both ends busy-polling, and rows -e with")
+	fmt.Println("both ends blocking for completion events (ReqNotify, GetEvent) instead:")
 	fmt.Println("device iwarp0 (provider iwarp: iWARP over loopback TCP) and device shm0 (provider shm: shared memory)")
 	fmt.Println()
 	lw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
@@ -484,31 +505,45 @@ func perfAll() error {
 	fmt.Fprintln(bw, "device\ttest\tbytes\titerations\tBW peak[MB/s]\tBW average[MB/s]\tMsgRate[Mpps]\t")
 	for _, dev := range []string{"iwarp0", "shm0"} {
 		for _, test := range perf.Tests {
-			c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup, CQMod: defaultCQMod}
-			lat := isLat(test)
-			if lat {
-				c.Size, c.Iters = 8, 20000
-			}
-			if test == "send_bw" {
-				c.Iters = min(c.Iters, perf.MaxSendBWIters)
-			}
-			addr := "127.0.0.1:0"
-			if dev == "shm0" {
-				addr = fmt.Sprintf("unix:@goverbs-perf-%d-%s", os.Getpid(), test)
-				if !lat {
-					c.Size, c.Iters = 1<<20, 5000
+			for _, events := range []bool{false, true} {
+				if events && !slices.Contains(summaryEventTests, test) {
+					continue
 				}
-			}
-			c.Progress = progressLine()
-			r, err := perf.Loopback(ctx, addr, c)
-			clearProgress(c.Progress)
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", dev, test, err)
-			}
-			if lat {
-				fmt.Fprintf(lw, "%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", dev, test, r.Bytes, r.Iters, r.Min, r.Typical, r.Avg, r.P99, r.P999)
-			} else {
-				fmt.Fprintf(bw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.4f\t\n", dev, test, r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+				c := perf.Config{Test: test, Size: 65536, Iters: 20000, TxDepth: 128, Warmup: defaultWarmup, CQMod: defaultCQMod, Events: events}
+				lat := isLat(test)
+				if lat {
+					c.Size, c.Iters = 8, 20000
+					if events {
+						// A blocking round trip costs tens of microseconds
+						// (two wake-ups): fewer iterations keep the job short.
+						c.Iters, c.Warmup = 5000, 200
+					}
+				}
+				if test == "send_bw" {
+					c.Iters = min(c.Iters, perf.MaxSendBWIters)
+				}
+				addr := "127.0.0.1:0"
+				if dev == "shm0" {
+					addr = fmt.Sprintf("unix:@goverbs-perf-%d-%s-%t", os.Getpid(), test, events)
+					if !lat {
+						c.Size, c.Iters = 1<<20, 5000
+					}
+				}
+				name := test
+				if events {
+					name += " -e"
+				}
+				c.Progress = progressLine()
+				r, err := perf.Loopback(ctx, addr, c)
+				clearProgress(c.Progress)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", dev, name, err)
+				}
+				if lat {
+					fmt.Fprintf(lw, "%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", dev, name, r.Bytes, r.Iters, r.Min, r.Typical, r.Avg, r.P99, r.P999)
+				} else {
+					fmt.Fprintf(bw, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.4f\t\n", dev, name, r.Bytes, r.Iters, r.PeakMBs, r.AvgMBs, r.MsgRate)
+				}
 			}
 		}
 	}
@@ -516,7 +551,8 @@ func perfAll() error {
 	fmt.Println()
 	bw.Flush()
 	fmt.Println()
-	fmt.Println("latency: send and write are half a round trip, read and atomic one whole operation (see goverbs perf -h)")
+	fmt.Println("latency: send and write are half a round trip, read and atomic one whole operation (see goverbs perf -h);")
+	fmt.Println("-e: completion events instead of polling (write_lat -e: WRITEs with immediate data)")
 	return nil
 }
 
