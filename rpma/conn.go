@@ -438,8 +438,9 @@ func (c *Conn) write(dst *RemoteMR, dstOff int, src *MR, srcOff, n int, flags Co
 
 // AtomicWrite writes the 8 bytes of src to dst at dstOff, which must be
 // 8-byte aligned, as one atomic store at the target (rpma_write_atomic).
-// Between goverbs peers with extensions this is the native ATOMIC_WRITE;
-// otherwise, as librpma does without native support, an 8-byte inline
+// Between goverbs peers with extensions, on devices that have it, this is
+// the native ATOMIC_WRITE; otherwise, as librpma does without native
+// support, an 8-byte inline
 // RDMA Write fenced behind earlier reads (atomic on targets that place an
 // aligned 8-byte write at once, as siw and goverbs do). It returns ErrInval
 // for bad arguments.
@@ -471,8 +472,10 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 // dstOff+n) visible or persistent at the target (rpma_flush), and
 // completes (with CompletionAlways) as OpFlush when that holds.
 //
-// What each type guarantees:
-//   - Between goverbs peers with extensions (the native FLUSH): the target
+// What each type guarantees (the package doc says which case a connection
+// is in):
+//   - The native FLUSH (between goverbs peers whose devices have it, with
+//     extensions where the transport negotiates them): the target
 //     executes the flush after placing everything written before on the
 //     connection. FlushVisibility completes when the data is in the
 //     target's memory, visible to its CPU; FlushPersistent completes only
@@ -480,7 +483,8 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 //     backs the region (msync, MS_SYNC, on the target host), so it survives
 //     the target process and, as far as the file system and disk keep their
 //     word, the host.
-//   - Otherwise (a librpma peer, or extensions off), as librpma does without
+//   - Otherwise (a librpma peer, extensions off, or a device without
+//     native FLUSH such as provider rdmacore's), as librpma does without
 //     native flush: an 8-byte RDMA Read from dst at dstOff after the writes.
 //     Its response is sent after the earlier writes were placed, so both
 //     types guarantee visibility at the target; persistence holds only if
