@@ -440,10 +440,9 @@ func (c *Conn) write(dst *RemoteMR, dstOff int, src *MR, srcOff, n int, flags Co
 // 8-byte aligned, as one atomic store at the target (rpma_write_atomic).
 // Between goverbs peers with extensions, on devices that have it, this is
 // the native ATOMIC_WRITE; otherwise, as librpma does without native
-// support, an 8-byte inline
-// RDMA Write fenced behind earlier reads (atomic on targets that place an
-// aligned 8-byte write at once, as siw and goverbs do). It returns ErrInval
-// for bad arguments.
+// support, an 8-byte inline RDMA Write fenced behind earlier reads (atomic
+// on targets that place an aligned 8-byte write at once, as siw and
+// goverbs do). It returns ErrInval for bad arguments.
 func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags CompletionFlags, opCtx uint64) error {
 	if c == nil || dst == nil {
 		return wrap(ErrInval, "nil connection or region")

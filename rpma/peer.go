@@ -30,7 +30,8 @@ func IBVContext(addr string) (*verbs.Context, error) {
 // cmAddr is the rdmacm address of addr and port. An address "unix:/path"
 // or "unix:@name" selects goverbs' shared-memory device (same host): the
 // port, unless it is "0", is appended to the socket name (NAME:PORT), so
-// that a client given the endpoint's Port reaches it.
+// that a client given the endpoint's Port reaches it. An address with a
+// scheme (roce://host, tcp://host) gets the port on its host.
 func cmAddr(addr, port string) string {
 	if i := strings.Index(addr, "://"); i > 0 {
 		// A scheme (roce://, tcp://): the port goes to its host.
