@@ -90,18 +90,28 @@ check() { # NAME OUTPUT PATTERN...: every pattern must be in OUTPUT
 	for p in "$@"; do echo "$out" | grep -q -- "$p" || ok=0; done
 	if [ $ok = 1 ]; then pass=$((pass+1)); echo "PASS $name"; else fail=$((fail+1)); echo "FAIL $name"; echo "$out" | sed 's/^/    /' | tail -12; fi
 }
+# guest_start GUESTCMD: start a server in the guest, detached: an exec
+# holds the lab's lock while it runs, and the lab is shared (a server
+# started by a background exec starts only when the lock is free, which
+# may be after its client gave up). guest_log: its output, once it ended
+# or was ended.
+guest_start() {
+	"$LAB" exec "cd /root && (LD_LIBRARY_PATH=/root/lib timeout 150 $1 > /tmp/gv-srv.log 2>&1 < /dev/null &
+		echo \$! > /tmp/gv-srv.pid)" >/dev/null
+}
+guest_log() { "$LAB" exec 'kill $(cat /tmp/gv-srv.pid) 2>/dev/null; cat /tmp/gv-srv.log'; }
 # guest_server NAME GUESTCMD HOSTCMD PATTERN...: the guest waits, the host connects.
 guest_server() {
 	local name=$1 gcmd=$2 hcmd=$3; shift 3
 	port=$((port+1))
 	selected "$name" || return 0
-	( TIMEOUT=150 "$LAB" exec "timeout 120 ${gcmd//PORT/$port} 2>&1" > "$BIN/srv" 2>&1 & )
+	guest_start "${gcmd//PORT/$port}"
 	sleep 8 # the guest (TCG) takes a while to start a process
 	local out; out=$("$LAB" host "timeout 100 ${hcmd//PORT/$port} 2>&1")
 	sleep 3
 	check "$name" "$out
 --- server:
-$(cat "$BIN/srv")" "$@"
+$(guest_log)" "$@"
 }
 host_server() {
 	local name=$1 hcmd=$2 gcmd=$3; shift 3
@@ -147,20 +157,18 @@ for d in rxe0 siw0; do
 	out=$(TIMEOUT=200 "$LAB" exec "timeout 180 $G perf send_lat -d $d -n 1000 2>&1; timeout 180 $G perf write_bw -d $d -n 500 2>&1")
 	check "perf over $d (guest loopback)" "$out" "device $d" '^ *2 *1000 ' "$row"
 done
-# guest_pair NAME SERVERCMD CLIENTCMD PATTERN...: both in the guest, the
-# server started detached (an exec holds the lab's lock while it runs).
+# guest_pair NAME SERVERCMD CLIENTCMD PATTERN...: both in the guest.
 guest_pair() {
 	local name=$1 scmd=$2 ccmd=$3; shift 3
 	port=$((port+1))
 	selected "$name" || return 0
-	"$LAB" exec "cd /root && (LD_LIBRARY_PATH=/root/lib timeout 150 ${scmd//PORT/$port} > /tmp/gv-pair-s.log 2>&1 < /dev/null &
-		echo \$! > /tmp/gv-pair-s.pid)" >/dev/null
+	guest_start "${scmd//PORT/$port}"
 	sleep 3 # the guest (TCG) takes a while to start a process
 	local out; out=$(TIMEOUT=150 "$LAB" exec "cd /root && LD_LIBRARY_PATH=/root/lib timeout 120 ${ccmd//PORT/$port} 2>&1")
 	sleep 2
 	check "$name" "$out
 --- server:
-$("$LAB" exec 'kill $(cat /tmp/gv-pair-s.pid) 2>/dev/null; cat /tmp/gv-pair-s.log')" "$@"
+$(guest_log)" "$@"
 }
 # goverbs' rpma examples (rdmacore) against librpma's, both roles, in the guest.
 for d in rxe0:10.78.0.2 siw0:10.77.0.2; do
