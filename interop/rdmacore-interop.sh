@@ -90,14 +90,16 @@ check() { # NAME OUTPUT PATTERN...: every pattern must be in OUTPUT
 	for p in "$@"; do echo "$out" | grep -q -- "$p" || ok=0; done
 	if [ $ok = 1 ]; then pass=$((pass+1)); echo "PASS $name"; else fail=$((fail+1)); echo "FAIL $name"; echo "$out" | sed 's/^/    /' | tail -12; fi
 }
-# guest_start GUESTCMD: start a server in the guest, detached: an exec
-# holds the lab's lock while it runs, and the lab is shared (a server
+# guest_start GUESTCMD PORT: start a server in the guest, detached (an
+# exec holds the lab's lock while it runs, and the lab is shared: a server
 # started by a background exec starts only when the lock is free, which
-# may be after its client gave up). guest_log: its output, once it ended
-# or was ended.
+# may be after its client gave up), and wait until the kernel's rdma_cm
+# has its listener on PORT (a guest under TCG, on a busy host, may take
+# several seconds). guest_log: its output, once it ended or was ended.
 guest_start() {
 	"$LAB" exec "cd /root && (LD_LIBRARY_PATH=/root/lib timeout 150 $1 > /tmp/gv-srv.log 2>&1 < /dev/null &
-		echo \$! > /tmp/gv-srv.pid)" >/dev/null
+		echo \$! > /tmp/gv-srv.pid)
+		for i in \$(seq 60); do rdma res show cm_id | grep -q 'state LISTEN .*:$2 ' && exit 0; sleep 0.5; done; exit 1" >/dev/null
 }
 guest_log() { "$LAB" exec 'kill $(cat /tmp/gv-srv.pid) 2>/dev/null; cat /tmp/gv-srv.log'; }
 # guest_server NAME GUESTCMD HOSTCMD PATTERN...: the guest waits, the host connects.
@@ -105,8 +107,7 @@ guest_server() {
 	local name=$1 gcmd=$2 hcmd=$3; shift 3
 	port=$((port+1))
 	selected "$name" || return 0
-	guest_start "${gcmd//PORT/$port}"
-	sleep 8 # the guest (TCG) takes a while to start a process
+	guest_start "${gcmd//PORT/$port}" $port
 	local out; out=$("$LAB" host "timeout 100 ${hcmd//PORT/$port} 2>&1")
 	sleep 3
 	check "$name" "$out
@@ -162,8 +163,7 @@ guest_pair() {
 	local name=$1 scmd=$2 ccmd=$3; shift 3
 	port=$((port+1))
 	selected "$name" || return 0
-	guest_start "${scmd//PORT/$port}"
-	sleep 3 # the guest (TCG) takes a while to start a process
+	guest_start "${scmd//PORT/$port}" $port
 	local out; out=$(TIMEOUT=150 "$LAB" exec "cd /root && LD_LIBRARY_PATH=/root/lib timeout 120 ${ccmd//PORT/$port} 2>&1")
 	sleep 2
 	check "$name" "$out
