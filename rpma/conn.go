@@ -92,9 +92,9 @@ type Conn struct {
 
 	raw *verbs.MR // 8 bytes, the sink of read-after-write flushes
 
-	// native is 0 while unknown, 1 when FLUSH and ATOMIC_WRITE are native,
-	// -1 when they fall back to librpma's methods.
-	native atomic.Int32
+	// flushNative and awNative are 0 while unknown, 1 when FLUSH
+	// (ATOMIC_WRITE) is native, -1 when it falls back to librpma's method.
+	flushNative, awNative atomic.Int32
 
 	remote atomic.Pointer[PeerCfg]
 	// remoteSet says ApplyRemotePeerCfg was called (remote is otherwise
@@ -128,7 +128,16 @@ func newConn(r *ConnReq) (*Conn, error) {
 		// 1.5), and a peer without them ends the connection on the first
 		// one: with the extensions off, use librpma's fallbacks from the
 		// start.
-		c.native.Store(-1)
+		c.flushNative.Store(-1)
+		c.awNative.Store(-1)
+	}
+	// A device without them: librpma's fallbacks from the start, as
+	// librpma picks them when it creates the connection.
+	if !r.peer.nativeFlush {
+		c.flushNative.Store(-1)
+	}
+	if !r.peer.nativeAtomicWrite {
+		c.awNative.Store(-1)
 	}
 	return c, nil
 }
@@ -438,11 +447,11 @@ func (c *Conn) write(dst *RemoteMR, dstOff int, src *MR, srcOff, n int, flags Co
 
 // AtomicWrite writes the 8 bytes of src to dst at dstOff, which must be
 // 8-byte aligned, as one atomic store at the target (rpma_write_atomic).
-// Between goverbs peers with extensions this is the native ATOMIC_WRITE;
-// otherwise, as librpma does without native support, an 8-byte inline
-// RDMA Write fenced behind earlier reads (atomic on targets that place an
-// aligned 8-byte write at once, as siw and goverbs do). It returns ErrInval
-// for bad arguments.
+// Between goverbs peers with extensions, on devices that have it, this is
+// the native ATOMIC_WRITE; otherwise, as librpma does without native
+// support, an 8-byte inline RDMA Write fenced behind earlier reads (atomic
+// on targets that place an aligned 8-byte write at once, as siw and
+// goverbs do). It returns ErrInval for bad arguments.
 func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags CompletionFlags, opCtx uint64) error {
 	if c == nil || dst == nil {
 		return wrap(ErrInval, "nil connection or region")
@@ -459,7 +468,7 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 	}
 	wr := verbs.SendWR{WRID: opCtx, Opcode: verbs.WRAtomicWrite, Flags: sf | verbs.SendInline, Inline: src[:],
 		RemoteAddr: dst.addr + uint64(dstOff), RKey: dst.rkey}
-	if done, err := c.postNative(&wr, "no native atomic write: using a fenced inline write"); done {
+	if done, err := c.postNative(&c.awNative, &wr, "no native atomic write: using a fenced inline write"); done {
 		return err
 	}
 	wr.Opcode = verbs.WRRDMAWrite
@@ -471,8 +480,10 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 // dstOff+n) visible or persistent at the target (rpma_flush), and
 // completes (with CompletionAlways) as OpFlush when that holds.
 //
-// What each type guarantees:
-//   - Between goverbs peers with extensions (the native FLUSH): the target
+// What each type guarantees (the package doc says which case a connection
+// is in):
+//   - The native FLUSH (between goverbs peers whose devices have it, with
+//     extensions where the transport negotiates them): the target
 //     executes the flush after placing everything written before on the
 //     connection. FlushVisibility completes when the data is in the
 //     target's memory, visible to its CPU; FlushPersistent completes only
@@ -480,7 +491,8 @@ func (c *Conn) AtomicWrite(dst *RemoteMR, dstOff int, src [8]byte, flags Complet
 //     backs the region (msync, MS_SYNC, on the target host), so it survives
 //     the target process and, as far as the file system and disk keep their
 //     word, the host.
-//   - Otherwise (a librpma peer, or extensions off), as librpma does without
+//   - Otherwise (a librpma peer, extensions off, or a device without
+//     native FLUSH such as provider rdmacore's), as librpma does without
 //     native flush: an 8-byte RDMA Read from dst at dstOff after the writes.
 //     Its response is sent after the earlier writes were placed, so both
 //     types guarantee visibility at the target; persistence holds only if
@@ -530,7 +542,7 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 	}
 	wr := verbs.SendWR{WRID: opCtx, Opcode: verbs.WRFlush, Flags: sf, RemoteAddr: dst.addr + uint64(dstOff), RKey: dst.rkey,
 		FlushLen: uint32(min(n, 1<<31)), FlushType: vt}
-	if done, err := c.postNative(&wr, "no native flush: using a read after the writes"); done {
+	if done, err := c.postNative(&c.flushNative, &wr, "no native flush: using a read after the writes"); done {
 		return err
 	}
 	rn := min(8, int(dst.size)-dstOff)
@@ -542,29 +554,34 @@ func (c *Conn) Flush(dst *RemoteMR, dstOff, n int, typ FlushType, flags Completi
 		SGList: []verbs.SGE{c.raw.SGE(0, rn)}, RemoteAddr: dst.addr + uint64(off), RKey: dst.rkey}, true, true)
 }
 
-// postNative posts wr, a FLUSH or an ATOMIC_WRITE, unless the connection
-// has learned that the peer lacks them. done false means the caller must
-// use its fallback: the connection remembers, and logs fallback once.
-func (c *Conn) postNative(wr *verbs.SendWR, fallback string) (done bool, err error) {
-	if c.native.Load() < 0 {
+// postNative posts wr, a FLUSH or an ATOMIC_WRITE, unless native says
+// that the device or the peer lacks it. done false means the caller must
+// use its fallback: native remembers, and fallback is logged once.
+func (c *Conn) postNative(native *atomic.Int32, wr *verbs.SendWR, fallback string) (done bool, err error) {
+	if native.Load() < 0 {
 		return false, nil
 	}
 	err = c.post(wr, false, false)
 	if !errors.Is(err, ErrNoSupp) {
 		if err == nil {
-			c.native.CompareAndSwap(0, 1)
+			native.CompareAndSwap(0, 1)
 		}
 		return true, err
 	}
-	c.native.Store(-1)
+	native.Store(-1)
 	logAt(LogInfo, fallback)
 	return false, nil
 }
 
-// NativeFlush reports whether the connection's flushes and atomic writes
-// are the native operations: true once one was posted natively, false once
-// one fell back to librpma's method (and before the first).
-func (c *Conn) NativeFlush() bool { return c.native.Load() == 1 }
+// NativeFlush reports whether the connection's flushes are the native
+// FLUSH: true once one was posted natively, false once one fell back to
+// librpma's read after the writes (and before the first, and always on a
+// peer without native FLUSH, Peer.NativeFlush).
+func (c *Conn) NativeFlush() bool { return c.flushNative.Load() == 1 }
+
+// NativeAtomicWrite is NativeFlush for atomic writes: true once one was
+// the native ATOMIC_WRITE.
+func (c *Conn) NativeAtomicWrite() bool { return c.awNative.Load() == 1 }
 
 // Send sends n bytes of src at off as a message (rpma_send); n may be 0.
 // It returns ErrInval for bad arguments and ErrProvider when posting fails.

@@ -27,6 +27,40 @@
 // they fall back to librpma's methods. Conn.Flush documents exactly what
 // each type guarantees in each case.
 //
+// # Which flush a connection gets
+//
+// As in librpma, each side decides alone, from its own device: NewPeer
+// reads the device's capabilities (verbs.DeviceAttr.DeviceCapFlagsEx,
+// librpma's ibv_query_device_ex), and Peer.NativeFlush and
+// Peer.NativeAtomicWrite say what it found. A region's descriptor carries
+// its usage, so the flush types it accepts (RemoteMR.FlushType), never the
+// method: the initiator picks that.
+//
+//   - A peer with native FLUSH (the pure-Go devices iwarp0, shm0, roce,
+//     loop) registers a flush target with the FLUSH rights of its types and
+//     remote read. Its connections send the native FLUSH when the
+//     connection carries it (goverbs to goverbs: always over shm, over
+//     iWARP and RoCE with the extensions on), and otherwise read after the
+//     writes. FlushPersistent executed natively msyncs a MapFile region at
+//     the target.
+//   - A peer without native FLUSH (provider rdmacore's devices, on any
+//     rdma-core; a loop device with loop.Config.NoFlush) does what librpma
+//     does without it: it registers a flush target for remote read only,
+//     and its connections flush by an 8-byte RDMA Read after the writes
+//     and write atomically by a fenced RDMA Write, from the start.
+//
+// So goverbs towards librpma (Linux siw or rxe in either role, whether
+// goverbs runs on the pure-Go providers or on rdmacore), and goverbs on
+// rdmacore towards anyone, flush by read-after-write: visibility at the
+// target, persistence only where the target's memory is persistent once
+// written (see Conn.Flush). A librpma target on a device with native FLUSH
+// (rdma-core 45 or later) registers its flush targets without remote read
+// (unless their usage has UsageReadSrc too), so that only an initiator with
+// native FLUSH can flush them, librpma's as goverbs'; goverbs targets keep
+// remote read on every device, so every initiator can flush them.
+// (goverbs' rdmacore and Debian's rdma-core 44 against librpma on siw0 and
+// rxe0, both roles, are in interop/rdmacore-interop.sh.)
+//
 // # Transports
 //
 // Addresses are librpma's (host and port: iWARP over TCP, device iwarp0),

@@ -41,18 +41,21 @@ func (u Usage) String() string {
 }
 
 // access maps usage to verbs access rights, as librpma does: a flush
-// target must be remotely readable (for the read-after-write flush) and
-// carries the flush rights of the native FLUSH; on iWARP the sink of an
-// RDMA Read needs remote write (the Read Response is a tagged write).
-func (u Usage) access(iwarp bool) verbs.AccessFlags {
+// target is remotely readable, for the read-after-write flush, and on a
+// device with native FLUSH (nativeFlush) it also carries the flush rights
+// of each type. (librpma with native FLUSH gives the flush rights alone;
+// goverbs keeps the read too, so that a peer without native FLUSH can
+// still flush the region.) On iWARP the sink of an RDMA Read needs remote
+// write: the Read Response is a tagged write.
+func (u Usage) access(iwarp, nativeFlush bool) verbs.AccessFlags {
 	var a verbs.AccessFlags
 	if u&(UsageReadSrc|UsageFlushTypeVisibility|UsageFlushTypePersistent) != 0 {
 		a |= verbs.AccessRemoteRead
 	}
-	if u&UsageFlushTypeVisibility != 0 {
+	if nativeFlush && u&UsageFlushTypeVisibility != 0 {
 		a |= verbs.AccessFlushGlobal
 	}
-	if u&UsageFlushTypePersistent != 0 {
+	if nativeFlush && u&UsageFlushTypePersistent != 0 {
 		a |= verbs.AccessFlushPersistent
 	}
 	if u&UsageReadDst != 0 {
@@ -94,7 +97,7 @@ func (p *Peer) RegMR(buf []byte, usage Usage) (*MR, error) {
 		return nil, wrap(ErrInval, "no usage (UsageReadSrc, UsageWriteDst, ...: what the region is for)")
 	}
 	iw := p.ctx.QueryDevice().TransportType == verbs.TransportIWARP
-	mr, err := p.pd.RegMR(buf, usage.access(iw))
+	mr, err := p.pd.RegMR(buf, usage.access(iw, p.nativeFlush))
 	if err != nil {
 		return nil, provider("ibv_reg_mr", err)
 	}

@@ -31,10 +31,12 @@ func DeviceContext(addr string) (*verbs.Context, error) {
 // cmAddr is the rdmacm address of addr and port. An address "unix:/path"
 // or "unix:@name" selects goverbs' shared-memory device (same host): the
 // port, unless it is "0", is appended to the socket name (NAME:PORT), so
-// that a client given the endpoint's Port reaches it.
+// that a client given the endpoint's Port reaches it. An address with a
+// scheme (roce://host, tcp://host) gets the port on its host.
 func cmAddr(addr, port string) string {
-	if h, ok := strings.CutPrefix(addr, "roce://"); ok {
-		return "roce://" + net.JoinHostPort(strings.Trim(h, "[]"), port)
+	if i := strings.Index(addr, "://"); i > 0 {
+		// A scheme (roce://, tcp://): the port goes to its host.
+		return addr[:i+3] + net.JoinHostPort(strings.Trim(addr[i+3:], "[]"), port)
 	}
 	if strings.HasPrefix(addr, "unix:") {
 		if port == "0" {
@@ -50,21 +52,51 @@ func cmAddr(addr, port string) string {
 type Peer struct {
 	ctx *verbs.Context
 	pd  *verbs.PD
+	// nativeFlush and nativeAtomicWrite say the device has FLUSH (both
+	// types) and ATOMIC_WRITE, as librpma's peer learns them from
+	// ibv_query_device_ex; without them regions are registered and
+	// connections flush and atomically write as librpma does then.
+	nativeFlush, nativeAtomicWrite bool
 }
 
 // NewPeer creates a peer on ctx (rpma_peer_new), which must come from
-// DeviceContext. It returns ErrInval for a nil context and ErrProvider when the
-// protection domain cannot be allocated.
+// DeviceContext. Like librpma's, the peer learns from the device's
+// capabilities (verbs.DeviceAttr.DeviceCapFlagsEx) whether it has native
+// FLUSH (verbs.DeviceFlushGlobal and verbs.DeviceFlushPersistent) and
+// ATOMIC_WRITE (verbs.DeviceAtomicWrite): NativeFlush and
+// NativeAtomicWrite report it, and the package doc says what follows. It
+// returns ErrInval for a nil context and ErrProvider when the protection
+// domain cannot be allocated.
 func NewPeer(ctx *verbs.Context) (*Peer, error) {
 	if ctx == nil {
 		return nil, wrap(ErrInval, "nil verbs context")
+	}
+	caps := ctx.QueryDevice().DeviceCapFlagsEx
+	const flush = verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent
+	p := &Peer{ctx: ctx, nativeFlush: caps&flush == flush, nativeAtomicWrite: caps&verbs.DeviceAtomicWrite != 0}
+	if !p.nativeFlush {
+		logAt(LogInfo, "native flush is not supported: flushes use an RDMA read after the writes", "device", ctx.Device().Name())
+	}
+	if !p.nativeAtomicWrite {
+		logAt(LogInfo, "native atomic write is not supported: atomic writes use a fenced RDMA write", "device", ctx.Device().Name())
 	}
 	pd, err := ctx.AllocPD()
 	if err != nil {
 		return nil, provider("ibv_alloc_pd", err)
 	}
-	return &Peer{ctx: ctx, pd: pd}, nil
+	p.pd = pd
+	return p, nil
 }
+
+// NativeFlush reports whether the peer's device has native FLUSH of both
+// types. Without it the peer registers flush targets for remote reads and
+// its connections flush by a read after the writes, as librpma does.
+func (p *Peer) NativeFlush() bool { return p.nativeFlush }
+
+// NativeAtomicWrite reports whether the peer's device has native
+// ATOMIC_WRITE. Without it the peer's connections write atomically by a
+// fenced 8-byte RDMA Write, as librpma does.
+func (p *Peer) NativeAtomicWrite() bool { return p.nativeAtomicWrite }
 
 // PD returns the peer's protection domain.
 func (p *Peer) PD() *verbs.PD { return p.pd }

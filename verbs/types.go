@@ -168,7 +168,31 @@ type DeviceAttr struct {
 	PhysPortCnt     uint8
 	NodeType        NodeType
 	TransportType   TransportType
+	// DeviceCapFlagsEx is device_cap_flags_ex of struct ibv_device_attr_ex
+	// (ibv_query_device_ex): the bits of DeviceCapFlags and the wider ones,
+	// of which goverbs names those applications test (DeviceFlushGlobal,
+	// ...). A provider sets a bit only for what it can do itself.
+	DeviceCapFlagsEx DeviceCapFlagsEx
 }
+
+// DeviceCapFlagsEx are the capability bits of ibv_device_attr_ex's
+// device_cap_flags_ex (IB_UVERBS_DEVICE_*).
+type DeviceCapFlagsEx uint64
+
+// The capabilities of IBA 1.5's FLUSH and ATOMIC_WRITE, with the kernel's
+// values. A device without them refuses the opcodes and the access flags
+// (AccessFlushGlobal, AccessFlushPersistent) with ErrNotSupported, as
+// rdma-core's providers do before version 45 and most NICs do still.
+const (
+	// DeviceFlushGlobal is IB_UVERBS_DEVICE_FLUSH_GLOBAL: FLUSH of type
+	// FlushGlobal and regions with AccessFlushGlobal.
+	DeviceFlushGlobal DeviceCapFlagsEx = 1 << 38
+	// DeviceFlushPersistent is IB_UVERBS_DEVICE_FLUSH_PERSISTENT: FLUSH of
+	// type FlushPersistent and regions with AccessFlushPersistent.
+	DeviceFlushPersistent DeviceCapFlagsEx = 1 << 39
+	// DeviceAtomicWrite is IB_UVERBS_DEVICE_ATOMIC_WRITE: WRAtomicWrite.
+	DeviceAtomicWrite DeviceCapFlagsEx = 1 << 40
+)
 
 // PortAttr describes a port (struct ibv_port_attr).
 type PortAttr struct {

@@ -293,12 +293,36 @@ func (pd *PD) RegMR(v *verbs.MR, buf []byte, addr uint64, access verbs.AccessFla
 	if uint64(len(buf)) > pd.ctx.dev.cfg.Attr.MaxMRSize {
 		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), pd.ctx.dev.cfg.Attr.MaxMRSize)
 	}
+	for _, f := range [...]struct {
+		a verbs.AccessFlags
+		c verbs.DeviceCapFlagsEx
+	}{{verbs.AccessFlushGlobal, verbs.DeviceFlushGlobal}, {verbs.AccessFlushPersistent, verbs.DeviceFlushPersistent}} {
+		if access&f.a != 0 && pd.ctx.dev.cfg.Attr.DeviceCapFlagsEx&f.c == 0 {
+			return nil, fmt.Errorf("%w: access %v: the device has no %s", verbs.ErrNotSupported, f.a, capName(f.c))
+		}
+	}
 	mr := &MR{v: v, pd: pd, buf: buf, addr: addr, access: access}
 	if err := pd.ctx.dev.mrs.add(mr, pd.ctx.dev.cfg.Attr.MaxMR); err != nil {
 		return nil, err
 	}
 	pd.refs.Add(1)
 	return mr, nil
+}
+
+// flushCap is the device capability a FLUSH of type t needs.
+func flushCap(t verbs.FlushType) verbs.DeviceCapFlagsEx {
+	if t == verbs.FlushPersistent {
+		return verbs.DeviceFlushPersistent
+	}
+	return verbs.DeviceFlushGlobal
+}
+
+// capName names a FLUSH capability for an error.
+func capName(c verbs.DeviceCapFlagsEx) string {
+	if c == verbs.DeviceFlushPersistent {
+		return "FLUSH_PERSISTENT (IB_UVERBS_DEVICE_FLUSH_PERSISTENT)"
+	}
+	return "FLUSH_GLOBAL (IB_UVERBS_DEVICE_FLUSH_GLOBAL)"
 }
 
 // CreateAH implements driver.PD.

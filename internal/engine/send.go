@@ -235,7 +235,13 @@ func (q *QP) checkOp(wr *verbs.SendWR, cls uint16, n uint64, inline bool) error 
 		if wr.FlushType != verbs.FlushGlobal && wr.FlushType != verbs.FlushPersistent {
 			return fmt.Errorf("%w: flush type %v", verbs.ErrInvalid, wr.FlushType)
 		}
+		if need := flushCap(wr.FlushType); a.DeviceCapFlagsEx&need == 0 {
+			return fmt.Errorf("%w: FLUSH of type %v: the device has no %s", verbs.ErrNotSupported, wr.FlushType, capName(need))
+		}
 	case cls&opWrite8 != 0:
+		if a.DeviceCapFlagsEx&verbs.DeviceAtomicWrite == 0 {
+			return fmt.Errorf("%w: the device has no ATOMIC_WRITE", verbs.ErrNotSupported)
+		}
 		if n != 8 {
 			return fmt.Errorf("%w: ATOMIC_WRITE of %d bytes (must be 8)", verbs.ErrInvalid, n)
 		}

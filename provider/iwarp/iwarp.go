@@ -260,6 +260,9 @@ var dev = engine.NewDevice(engine.Config{
 		MaxSRQSGE:       6,
 		MaxInlineData:   1024,
 		MaxPKeys:        1,
+
+		// FLUSH and ATOMIC_WRITE towards goverbs peers that negotiated them (the extensions), as the atomics.
+		DeviceCapFlagsEx: verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite,
 	},
 	Port: verbs.PortAttr{
 		State:      verbs.PortActive,

@@ -92,6 +92,13 @@ type Config struct {
 	// flush of what follows (see the package doc). False keeps
 	// InfiniBand's rule: the error is in the failing request's completion.
 	CompleteAtSend bool
+	// NoFlush and NoAtomicWrite make a device without IBA 1.5's FLUSH
+	// (DeviceFlushGlobal, DeviceFlushPersistent) or ATOMIC_WRITE
+	// (DeviceAtomicWrite), as most NICs and rdma-core before version 45
+	// are: it refuses the opcodes and the FLUSH access flags with
+	// verbs.ErrNotSupported, so that code that must work there (librpma's
+	// fallbacks) can be tested.
+	NoFlush, NoAtomicWrite bool
 }
 
 // AddDevice adds another loop device (to model two hosts, say) and returns
@@ -108,6 +115,13 @@ func AddDeviceConfig(name string, cfg Config) string {
 	var gid verbs.GID
 	gid[0], gid[1] = 0xfe, 0x80
 	binary.BigEndian.PutUint64(gid[8:], guid)
+	caps := verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite
+	if cfg.NoFlush {
+		caps &^= verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent
+	}
+	if cfg.NoAtomicWrite {
+		caps &^= verbs.DeviceAtomicWrite
+	}
 	d := engine.NewDevice(engine.Config{
 		Name:      name,
 		GUID:      guid,
@@ -136,6 +150,8 @@ func AddDeviceConfig(name string, cfg Config) string {
 			MaxSRQSGE:       32,
 			MaxInlineData:   MaxInline,
 			MaxPKeys:        1,
+
+			DeviceCapFlagsEx: caps,
 		},
 		Port: verbs.PortAttr{
 			State:      verbs.PortActive,

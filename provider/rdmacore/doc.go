@@ -24,8 +24,12 @@
 // the reason RegMR fails, its error says so and how to raise it.
 //
 // Not available through this provider: FLUSH and ATOMIC_WRITE (they need
-// the extended post API, ibv_wr_*, which this provider does not use yet),
-// memory windows, ibv_rereg_mr and ibv_resize_cq (PD.AllocMW, MR.Rereg
-// and CQ.Resize return verbs.ErrNotSupported), XRC. Devices plugged in
-// after the first verbs.Devices call are not seen by the process.
+// the extended post API, ibv_wr_*, which this provider does not use yet;
+// its devices report neither verbs.DeviceFlushGlobal,
+// verbs.DeviceFlushPersistent nor verbs.DeviceAtomicWrite in
+// DeviceAttr.DeviceCapFlagsEx, and refuse the opcodes and the FLUSH access
+// flags with verbs.ErrNotSupported), memory windows, ibv_rereg_mr and
+// ibv_resize_cq (PD.AllocMW, MR.Rereg and CQ.Resize return
+// verbs.ErrNotSupported), XRC. Devices plugged in after the first
+// verbs.Devices call are not seen by the process.
 package rdmacore

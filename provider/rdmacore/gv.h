@@ -147,6 +147,16 @@ static inline int gv_post_srq_recv(uint64_t srqp, struct gv_rwr *w, int n, struc
 	return ret;
 }
 
+// gv_cap_flags_ex is the device's device_cap_flags_ex (ibv_query_device_ex,
+// a static inline function), or dflt where the device has no extended query.
+static inline uint64_t gv_cap_flags_ex(struct ibv_context *c, uint64_t dflt) {
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof a);
+	if (ibv_query_device_ex(c, NULL, &a) != 0)
+		return dflt;
+	return a.device_cap_flags_ex;
+}
+
 // gv_poll polls up to n completions straight into wc (Go's []verbs.WC).
 static inline int gv_poll(uint64_t cqp, int n, struct ibv_wc *wc) {
 	return ibv_poll_cq((struct ibv_cq *)(uintptr_t)cqp, n, wc);

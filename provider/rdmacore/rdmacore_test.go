@@ -48,6 +48,38 @@ func TestOpenMissingDevice(t *testing.T) {
 	}
 }
 
+// The provider has no FLUSH and ATOMIC_WRITE (no ibv_wr_*): its devices
+// report neither in DeviceCapFlagsEx, whose other bits are the device's
+// (the legacy flags are their low 32), and refuse the FLUSH access flags.
+func TestNoFlushCapability(t *testing.T) {
+	for _, dev := range testDevices(t) {
+		t.Run(dev, func(t *testing.T) {
+			ctx := openDev(t, dev)
+			a := ctx.QueryDevice()
+			if got := a.DeviceCapFlagsEx & (verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite); got != 0 {
+				t.Fatalf("DeviceCapFlagsEx %#x has FLUSH or ATOMIC_WRITE bits %#x", uint64(a.DeviceCapFlagsEx), uint64(got))
+			}
+			if uint32(a.DeviceCapFlagsEx) != a.DeviceCapFlags {
+				t.Fatalf("DeviceCapFlagsEx %#x, DeviceCapFlags %#x: the low bits differ", uint64(a.DeviceCapFlagsEx), a.DeviceCapFlags)
+			}
+			pd, err := ctx.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pd.Dealloc()
+			for _, f := range []verbs.AccessFlags{verbs.AccessFlushGlobal, verbs.AccessFlushPersistent} {
+				mr, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteRead|f)
+				if !errors.Is(err, verbs.ErrNotSupported) {
+					if mr != nil {
+						mr.Dereg()
+					}
+					t.Fatalf("RegMR with %v: %v, want ErrNotSupported", f, err)
+				}
+			}
+		})
+	}
+}
+
 // pair returns a connected pair on dev, the way the conformance suite makes them.
 func pair(t *testing.T, dev string, o conformance.PairOpts) (*conformance.Side, *conformance.Side) {
 	return conformance.NewPair(t, newFixture(t, dev), o)

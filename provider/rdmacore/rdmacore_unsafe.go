@@ -94,6 +94,13 @@ func (d *device) Open() (driver.Context, error) {
 		return nil, errnoErr("ibv_query_device "+d.name, errnoOf(err))
 	}
 	ctx.attr = convDeviceAttr(&a, d)
+	// FLUSH and ATOMIC_WRITE need the extended post API (ibv_wr_flush,
+	// ibv_wr_atomic_write) and IBV_ACCESS_FLUSH_*, which this provider
+	// does not use (Debian's rdma-core 44 has none of them): it reports
+	// neither, whatever the device can do, so that rpma registers and
+	// flushes as librpma does without them.
+	ctx.attr.DeviceCapFlagsEx = verbs.DeviceCapFlagsEx(C.gv_cap_flags_ex(c, C.uint64_t(a.device_cap_flags))) &^
+		(verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite)
 	ctx.attr.MaxInlineData = d.maxInline(c)
 	ctx.async, err = newFdWaiter(int(c.async_fd), d.name+" async events")
 	if err != nil {

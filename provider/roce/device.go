@@ -166,6 +166,9 @@ func newDevice(name string, addr netip.Addr) *device {
 			MaxSRQSGE:       32,
 			MaxInlineData:   1024,
 			MaxPKeys:        1,
+
+			// FLUSH and ATOMIC_WRITE towards goverbs peers with the extensions on (nothing on the IB wire negotiates them).
+			DeviceCapFlagsEx: verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite,
 		},
 		Port: verbs.PortAttr{
 			State:      verbs.PortActive,

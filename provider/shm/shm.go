@@ -278,6 +278,9 @@ var dev = engine.NewDevice(engine.Config{
 		MaxSRQSGE:       16,
 		MaxInlineData:   4096,
 		MaxPKeys:        1,
+
+		// FLUSH and ATOMIC_WRITE between goverbs peers, which shm always is.
+		DeviceCapFlagsEx: verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite,
 	},
 	Port: verbs.PortAttr{
 		State:      verbs.PortActive,
