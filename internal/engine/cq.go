@@ -34,7 +34,8 @@ type CQ struct {
 	waiters  atomic.Int32  // goroutines in Wait
 	overflow atomic.Bool
 	wmu      sync.Mutex
-	wch      chan struct{} // closed to wake Wait; replaced after each wake
+	wch      chan struct{}            // closed to wake Wait; replaced after each wake
+	blk      atomic.Pointer[progress] // a Wait blocks in its transport (block.go)
 
 	refs      atomic.Int32 // QPs and SRQs using the CQ
 	destroyed atomic.Bool
@@ -183,6 +184,9 @@ func (cq *CQ) wakeup(fire bool) {
 	if fire && cq.ch != nil {
 		cq.ch.deliver(cq.v)
 	}
+	if p := cq.blk.Load(); p != nil {
+		p.interrupt()
+	}
 	if cq.waiters.Load() > 0 {
 		cq.wmu.Lock()
 		if cq.wch != nil {
@@ -277,7 +281,12 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return verbs.ErrClosed
 	}
-	cq.pollStop()
+	// The application is about to block on the channel: the transports
+	// must progress on their own, unless GetEvent will lend them its
+	// goroutine (a channel of one endpoint, waited on without epoll).
+	if !cq.blockable() {
+		cq.pollStop()
+	}
 	if solicitedOnly {
 		// An arming for any completion already in place is kept, as the verbs spec says.
 		cq.armed.CompareAndSwap(armNone, armSolicited)
@@ -287,14 +296,28 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Wait implements driver.CQ: a spin of the verbs CQ's WaitSpin (driving
-// polled mode, when the CQ's transports have it), then a blocking wait.
-// The spin covers a completion due within microseconds, which then comes
-// without the system calls of a wake-up; an idle CQ still costs no CPU
-// past it.
+// Wait implements driver.CQ: a spin of the verbs CQ's SpinFor (driving
+// polled mode, when the CQ's transports have it), then a blocking wait:
+// in the descriptor of the CQ's transport endpoint when it is the only one
+// and a Blocker (block.go), otherwise on the CQ's wake-up channel. The
+// spin covers a completion due within microseconds, which then comes
+// without the system calls of a wake-up; it adapts to how soon the CQ's
+// waits are answered (verbs.CQ.WaitTook), so an idle CQ costs no CPU.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if spin := cq.v.WaitSpin(); spin > 0 {
-		deadline := time.Now().Add(spin)
+	if !cq.empty() || cq.overflow.Load() {
+		return nil
+	}
+	start := time.Now()
+	err := cq.wait(ctx, start)
+	if err == nil {
+		cq.v.WaitTook(time.Since(start))
+	}
+	return err
+}
+
+func (cq *CQ) wait(ctx context.Context, start time.Time) error {
+	if spin := cq.v.SpinFor(); spin > 0 {
+		deadline := start.Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
@@ -319,6 +342,12 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.destroyed.Load() {
 			return verbs.ErrClosed
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if cq.block(ctx) {
+			continue
+		}
 		cq.pollStop()
 		cq.wmu.Lock()
 		if cq.wch == nil {
@@ -328,9 +357,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		cq.waiters.Add(1)
 		cq.wmu.Unlock()
 		// A completion pushed before waiters was raised is seen here.
-		if !cq.empty() {
+		if !cq.empty() || cq.destroyed.Load() {
 			cq.waiters.Add(-1)
-			return nil
+			continue
 		}
 		select {
 		case <-ch:
@@ -352,6 +381,7 @@ func (cq *CQ) Destroy() error {
 	}
 	cq.signal(true)
 	if cq.ch != nil {
+		cq.ch.removeCQ(cq)
 		cq.ch.refs.Add(-1)
 	}
 	cq.ctx.cqs.Add(-1)
@@ -373,6 +403,13 @@ type CompChannel struct {
 	refs   atomic.Int32 // CQs using the channel
 	closed bool
 	done   chan struct{}
+
+	n        atomic.Int32             // len(q), for a blocked GetEvent's look
+	isClosed atomic.Bool              // closed, likewise
+	fdMadeA  atomic.Bool              // fdMade, for ReqNotify's look
+	cqs      atomic.Pointer[[]*CQ]    // the CQs reporting to the channel
+	blk      atomic.Pointer[progress] // a GetEvent blocks in its transport
+	waiters  atomic.Int32             // GetEvents asleep on wake
 }
 
 func newCompChannel(ctx *Context) (*CompChannel, error) {
@@ -386,11 +423,15 @@ func (ch *CompChannel) deliver(cq *verbs.CQ) {
 		return
 	}
 	ch.q = append(ch.q, cq)
+	ch.n.Add(1)
 	ch.fd.add()
 	ch.mu.Unlock()
 	select {
 	case ch.wake <- struct{}{}:
 	default:
+	}
+	if p := ch.blk.Load(); p != nil {
+		p.interrupt()
 	}
 }
 
@@ -407,6 +448,7 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 			copy(ch.q, ch.q[1:])
 			ch.q[len(ch.q)-1] = nil
 			ch.q = ch.q[:len(ch.q)-1]
+			ch.n.Add(-1)
 			ch.fd.take()
 			more := len(ch.q) > 0
 			ch.mu.Unlock()
@@ -419,10 +461,23 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 			return cq, nil
 		}
 		ch.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if ch.block(ctx) {
+			continue
+		}
+		// Asleep the ordinary way: the transports progress on their own
+		// (ReqNotify left polled mode on, expecting the block above).
+		ch.waiters.Add(1)
+		ch.stopPolls()
 		select {
 		case <-ch.wake:
+			ch.waiters.Add(-1)
 		case <-ch.done:
+			ch.waiters.Add(-1)
 		case <-ctx.Done():
+			ch.waiters.Add(-1)
 			return nil, ctx.Err()
 		}
 	}
@@ -433,18 +488,27 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 // of descriptors: the next call tries again).
 func (ch *CompChannel) Fd() int {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
+	made := false
 	if !ch.fdMade && !ch.closed {
 		fd, err := newEventFD()
 		if err != nil {
+			ch.mu.Unlock()
 			return -1
 		}
-		ch.fd, ch.fdMade = fd, true
+		ch.fd, ch.fdMade, made = fd, true, true
+		ch.fdMadeA.Store(true)
 		for range ch.q {
 			ch.fd.add()
 		}
 	}
-	return ch.fd.fd()
+	fd := ch.fd.fd()
+	ch.mu.Unlock()
+	if made {
+		// epoll waits on the descriptor, not GetEvent: the transports
+		// must progress on their own (outside mu: Polled may deliver).
+		ch.stopPolls()
+	}
+	return fd
 }
 
 // Close implements driver.CompChannel.
@@ -458,7 +522,11 @@ func (ch *CompChannel) Close() error {
 		return verbs.ErrClosed
 	}
 	ch.closed = true
+	ch.isClosed.Store(true)
 	close(ch.done)
+	if p := ch.blk.Load(); p != nil {
+		p.interrupt()
+	}
 	return ch.fd.close()
 }
 

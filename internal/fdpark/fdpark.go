@@ -1,0 +1,114 @@
+// Package fdpark parks a goroutine in Go's netpoller on a socket that
+// other goroutines also use: a transport lends a blocking waiter its
+// descriptor (engine.Blocker) without taking the socket's read lock, its
+// deadlines or its registration from its own goroutines.
+//
+// A Parker registers a duplicate of the descriptor (the same socket, a
+// second entry in the netpoller's epoll set, with its own deadline), so
+// that a read of the socket by either wakes only the goroutine parked on
+// that entry, and Interrupt (an expired deadline on the duplicate) ends the
+// park without touching the original.
+package fdpark
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosed is Wait's error once Close was called.
+var ErrClosed = errors.New("fdpark: closed")
+
+// Parker is one socket's second registration in the netpoller. Wait is
+// for one goroutine at a time; Interrupt and Close for any.
+type Parker struct {
+	mu     sync.Mutex
+	f      atomic.Pointer[os.File]
+	rc     syscall.RawConn
+	closed bool
+}
+
+// open duplicates the descriptor of sc on first use.
+func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if p.rc != nil {
+		return p.rc, nil
+	}
+	d, err := -1, error(nil)
+	if cerr := sc.Control(func(fd uintptr) { d, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The duplicate shares the socket's non-blocking flag (it is the
+	// open file's): os.NewFile registers it in the netpoller.
+	f := os.NewFile(uintptr(d), "fdpark")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	p.rc = rc
+	p.f.Store(f)
+	return rc, nil
+}
+
+// Wait calls fn with the socket's descriptor (a duplicate of sc's) and,
+// while fn returns false, parks until the socket is readable and calls it
+// again. It returns nil once fn returned true, ErrInterrupted after
+// Interrupt, ErrClosed after Close, or the error of the registration.
+func (p *Parker) Wait(sc syscall.RawConn, fn func(fd uintptr) bool) error {
+	rc, err := p.open(sc)
+	if err != nil {
+		return err
+	}
+	err = rc.Read(fn)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Clear the deadline before the caller looks for what the
+		// Interrupt announced: an Interrupt after this look leaves its
+		// deadline in force for the next Wait.
+		if f := p.f.Load(); f != nil {
+			f.SetReadDeadline(time.Time{})
+		}
+		return ErrInterrupted
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// ErrInterrupted is Wait's error after Interrupt.
+var ErrInterrupted = errors.New("fdpark: interrupted")
+
+// Interrupt makes the Wait in progress, or the next one, return
+// ErrInterrupted promptly (once the first Wait has begun: there is no
+// registration before, and nothing to interrupt).
+func (p *Parker) Interrupt() {
+	if f := p.f.Load(); f != nil {
+		f.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Close ends a Wait in progress with ErrClosed and makes later ones fail.
+func (p *Parker) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if f := p.f.Load(); f != nil {
+		f.Close()
+	}
+}
