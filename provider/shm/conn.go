@@ -15,6 +15,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/fdpark"
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -48,6 +49,19 @@ type conn struct {
 	exp     exports  // our regions the peer maps (exports.go)
 
 	polled atomic.Bool // the application polls (engine.Progressor.Polled)
+	// A waiter that blocks in the socket (Block) reads the peer's pokes
+	// itself: aside keeps the socket goroutine off the socket meanwhile
+	// (asideWake lets it back), park is the waiter's registration of the
+	// socket, blockFn its callback (a method value made once), bw, other
+	// and pokeBuf its state across the callback's calls.
+	aside     atomic.Bool
+	asideWake chan struct{}
+	blocked   atomic.Bool // a Block is under way
+	park      fdpark.Parker
+	blockFn   func(fd uintptr) bool
+	bw        *engine.Waker
+	other     bool // a message other than a poke came: the socket goroutine's
+	pokeBuf   [1]byte
 	// sockSeen is the peer's count of socket messages (offSockMsgs) when
 	// a poll last looked.
 	sockSeen atomic.Uint64
@@ -62,7 +76,8 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 	c := &conn{ep: ep, noDirect: cfg.NoDirectAccess, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, reoffers: map[uint32]int{}},
 		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
-		dying:   make(chan struct{}), done: make(chan struct{})}
+		dying:   make(chan struct{}), done: make(chan struct{}), asideWake: make(chan struct{}, 1)}
+	c.blockFn = c.blockFD
 	sq := ep.Attr().Cap.MaxSendWR
 	c.wait.acks = newAckRing(sq)
 	c.out.sqCap = sq
@@ -133,6 +148,7 @@ func (c *conn) close(err error) {
 		c.err = err
 		close(c.dying)
 		c.uc.Close()
+		c.park.Close() // a waiter blocked in the socket returns
 	})
 }
 
@@ -157,6 +173,12 @@ func (c *conn) rxLoop() {
 	defer close(c.done)
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
 	for {
+		for c.aside.Load() && !c.isDying() {
+			select { // a waiter reads the socket (Block)
+			case <-c.asideWake:
+			case <-c.dying:
+			}
+		}
 		msg, fds, err := readMsg(c.uc, buf, oob)
 		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isDying() {
 			// kickRx: a poll saw a message coming and had this goroutine
@@ -172,6 +194,13 @@ func (c *conn) rxLoop() {
 		case msgPoke:
 			closeFds(fds)
 			c.wake()
+			if c.blocked.Load() {
+				// A waiter blocks in the socket (this goroutine was let
+				// back meanwhile), and this poke was its: it may have
+				// held the consumer's lock, which wake's progress then
+				// skipped. It looks again.
+				c.park.Interrupt()
+			}
 		case msgMapReq:
 			closeFds(fds)
 			c.serveMap(msg)
@@ -202,6 +231,7 @@ func (c *conn) sentSockMsg() { atomic.AddUint64(c.peer.U64(offSockMsgs), 1) }
 func (c *conn) kickRx() {
 	if h := atomic.LoadUint64(c.mine.U64(offSockMsgs)); h != c.sockSeen.Load() {
 		c.sockSeen.Store(h)
+		c.releaseRx()
 		c.uc.SetReadDeadline(time.Unix(1, 0))
 		runtime.Gosched()
 	}
@@ -280,6 +310,7 @@ func (c *conn) Progress(ho engine.Handoff) int {
 func (c *conn) Polled(on bool) {
 	c.polled.Store(on)
 	if !on {
+		c.releaseRx()
 		c.wake()
 		return
 	}
@@ -289,6 +320,102 @@ func (c *conn) Polled(on bool) {
 		c.leave()
 	}
 }
+
+// releaseRx lets the socket goroutine back onto the socket.
+func (c *conn) releaseRx() {
+	if c.aside.Swap(false) {
+		select {
+		case c.asideWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Block implements engine.Blocker: the waiting goroutine reads the
+// peer's pokes itself, parked in the netpoller on the socket between them,
+// and consumes the rings; the socket goroutine stays aside (it is made to
+// leave its read once, when the first Block of a polled period begins).
+// A message other than a poke ends the Block: the socket goroutine
+// handles it.
+func (c *conn) Block(w *engine.Waker) bool {
+	if c.closing.Load() || c.isDying() {
+		return false
+	}
+	if !c.aside.Swap(true) {
+		c.uc.SetReadDeadline(time.Unix(1, 0)) // out of its read (rxLoop)
+	}
+	c.bw, c.other = w, false
+	c.blocked.Store(true)
+	err := c.park.Wait(c.raw, c.blockFn)
+	c.blocked.Store(false)
+	other := c.other
+	c.bw, c.other = nil, false
+	if other {
+		c.releaseRx()
+		return false
+	}
+	return err == nil || err == fdpark.ErrInterrupted
+}
+
+// blockFD is Block's callback: it takes the pokes the socket holds,
+// makes progress and reports whether the wait is over.
+func (c *conn) blockFD(fd uintptr) bool {
+	w := c.bw
+	w.Busy()
+	for {
+		n, _, err := unix.Recvfrom(int(fd), c.pokeBuf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			c.other = true // the socket goroutine meets the error and ends the connection
+			break
+		}
+		if n == 0 || c.pokeBuf[0] != msgPoke {
+			c.other = true // the end of the socket, or a mapping's message
+			break
+		}
+		unix.Recvfrom(int(fd), c.pokeBuf[:], unix.MSG_DONTWAIT)
+	}
+	// Ask to be poked, then look at the rings (wake's protocol): a
+	// poke claims the request, so it is made again after each.
+	if !c.askPoke() {
+		c.other = true // closing: the socket goroutine ends it
+		return true
+	}
+	// Twice: a progress that delivers leaves the acknowledgements to the
+	// next one, and no poke may come for them.
+	c.progress(nil)
+	c.progress(nil)
+	if c.other {
+		return true
+	}
+	return !w.Idle()
+}
+
+// askPoke asks the peer to poke when it publishes what this side waits
+// for; false once the connection is closing.
+func (c *conn) askPoke() bool {
+	if !c.enter() {
+		return false
+	}
+	atomic.StoreUint32(c.in.req.C.Sleep, 1)
+	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
+	if c.outstanding() || c.out.stalled.Load() {
+		atomic.StoreUint32(c.out.ring.C.Wait, 1)
+	}
+	if c.in.held.Load() {
+		atomic.StoreUint32(c.in.respOut.C.Wait, 1)
+	}
+	c.leave()
+	return true
+}
+
+// Interrupt implements engine.Blocker.
+func (c *conn) Interrupt() { c.park.Interrupt() }
 
 // testHookConsumed, when a test sets it, runs after a poll consumed
 // requests, before it lets go of the consumer's lock.
