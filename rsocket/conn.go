@@ -178,6 +178,16 @@ type waitCtx struct {
 	mu    sync.Mutex
 	ch    chan struct{}
 	fired bool
+	wake  func() // SetWake's
+}
+
+// SetWake makes fire call f too (nil: no more): the engine's CQ.Wait,
+// parked in a transport's socket, is interrupted by it without a
+// goroutine of context.AfterFunc's per wait.
+func (w *waitCtx) SetWake(f func()) {
+	w.mu.Lock()
+	w.wake = f
+	w.mu.Unlock()
 }
 
 func (w *waitCtx) arm() {
@@ -191,6 +201,9 @@ func (w *waitCtx) fire() {
 	if w.ch != nil && !w.fired {
 		close(w.ch)
 		w.fired = true
+		if w.wake != nil {
+			w.wake()
+		}
 	}
 	w.mu.Unlock()
 }

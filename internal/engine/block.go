@@ -92,11 +92,17 @@ func (p *progress) block(ctx context.Context) bool {
 	p.blocking.Store(true)
 	p.idle.Stop()
 	var stop func() bool
-	if ctx.Done() != nil {
+	ws, _ := ctx.(wakeSetter)
+	if ws != nil {
+		ws.SetWake(p.intFn)
+	} else if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, p.interrupt)
 	}
 	ok := p.bt.Block(&p.w)
 	p.parked.Store(false)
+	if ws != nil {
+		ws.SetWake(nil)
+	}
 	if stop != nil {
 		stop()
 	}
@@ -108,6 +114,15 @@ func (p *progress) block(ctx context.Context) bool {
 		p.idle.Reset(PollIdle)
 	}
 	return ok
+}
+
+// wakeSetter is a context of the caller's own type that calls the
+// function it is given when it ends (after Done is closed), so that a
+// blocking wait learns of its end without context.AfterFunc, which for
+// such a context starts a goroutine per wait: rsocket's per-direction
+// wait context.
+type wakeSetter interface {
+	SetWake(f func())
 }
 
 // soleBlocker returns the progress of the CQ's one transport endpoint when

@@ -29,11 +29,13 @@ type progress struct {
 	parked   atomic.Bool // it may be parked: completions must Interrupt it
 	blocking atomic.Bool // the idle rule leaves polled mode alone
 	w        Waker       // the owner's
+	intFn    func()      // interrupt, as a value made once
 }
 
 func newProgress(q *QP, t Progressor) *progress {
 	p := &progress{t: t, q: q}
 	p.bt, _ = t.(Blocker)
+	p.intFn = p.interrupt
 	p.idle = time.AfterFunc(time.Hour, p.idleTick)
 	p.idle.Stop()
 	return p

@@ -27,10 +27,11 @@ var ErrClosed = errors.New("fdpark: closed")
 // Parker is one socket's second registration in the netpoller. Wait is
 // for one goroutine at a time; Interrupt and Close for any.
 type Parker struct {
-	mu     sync.Mutex
-	f      atomic.Pointer[os.File]
-	rc     syscall.RawConn
-	closed bool
+	mu      sync.Mutex
+	f       atomic.Pointer[os.File]
+	rc      syscall.RawConn
+	closed  bool
+	waiting bool // a Wait is under way: it closes f when Close came meanwhile
 }
 
 // open duplicates the descriptor of sc on first use.
@@ -40,14 +41,17 @@ func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
+	p.waiting = true
 	if p.rc != nil {
 		return p.rc, nil
 	}
 	d, err := -1, error(nil)
 	if cerr := sc.Control(func(fd uintptr) { d, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		p.waiting = false
 		return nil, cerr
 	}
 	if err != nil {
+		p.waiting = false
 		return nil, err
 	}
 	// The duplicate shares the socket's non-blocking flag (it is the
@@ -55,6 +59,7 @@ func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
 	f := os.NewFile(uintptr(d), "fdpark")
 	rc, err := f.SyscallConn()
 	if err != nil {
+		p.waiting = false
 		f.Close()
 		return nil, err
 	}
@@ -73,6 +78,19 @@ func (p *Parker) Wait(sc syscall.RawConn, fn func(fd uintptr) bool) error {
 		return err
 	}
 	err = rc.Read(fn)
+	p.mu.Lock()
+	p.waiting = false
+	if p.closed {
+		// Close came during the Read (fn itself may have called it): the
+		// file is closed here, once nothing uses it; os.File.Close would
+		// wait for this Read to end.
+		if f := p.f.Load(); f != nil {
+			f.Close()
+		}
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.mu.Unlock()
 	if err == nil {
 		return nil
 	}
@@ -104,11 +122,20 @@ func (p *Parker) Interrupt() {
 }
 
 // Close ends a Wait in progress with ErrClosed and makes later ones fail.
+// It may be called from Wait's fn.
 func (p *Parker) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	p.closed = true
-	if f := p.f.Load(); f != nil {
+	f := p.f.Load()
+	switch {
+	case f == nil:
+	case p.waiting:
+		f.SetReadDeadline(time.Unix(1, 0)) // the Wait returns and closes it
+	default:
 		f.Close()
 	}
 }
