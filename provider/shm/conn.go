@@ -57,11 +57,14 @@ type conn struct {
 	aside     atomic.Bool
 	asideWake chan struct{}
 	blocked   atomic.Bool // a Block is under way
+	sockMu    sync.Mutex  // held to read and handle a message of the socket
+	bbuf      [256]byte   // a Block's message buffer
+	boob      [64]byte    // and its control data (unix.CmsgSpace(4*4) fits)
+	owed      atomic.Bool // a poke the last Block held back (blockFD)
 	park      fdpark.Parker
 	blockFn   func(fd uintptr) bool
 	bw        *engine.Waker
-	other     bool // a message other than a poke came: the socket goroutine's
-	pokeBuf   [1]byte
+	other     bool // the socket ended or failed: the socket goroutine's
 	// sockSeen is the peer's count of socket messages (offSockMsgs) when
 	// a poll last looked.
 	sockSeen atomic.Uint64
@@ -179,39 +182,49 @@ func (c *conn) rxLoop() {
 			case <-c.dying:
 			}
 		}
+		c.sockMu.Lock()
 		msg, fds, err := readMsg(c.uc, buf, oob)
 		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isDying() {
 			// kickRx: a poll saw a message coming and had this goroutine
-			// scheduled; it reads on.
+			// scheduled; it reads on. Or a Block made it step aside.
 			c.uc.SetReadDeadline(time.Time{})
+			c.sockMu.Unlock()
 			continue
 		}
 		if err != nil {
+			c.sockMu.Unlock()
 			c.peerGone(err)
 			break
 		}
-		switch msg[0] {
-		case msgPoke:
-			closeFds(fds)
-			c.wake()
-			if c.blocked.Load() {
-				// A waiter blocks in the socket (this goroutine was let
-				// back meanwhile), and this poke was its: it may have
-				// held the consumer's lock, which wake's progress then
-				// skipped. It looks again.
-				c.park.Interrupt()
-			}
-		case msgMapReq:
-			closeFds(fds)
-			c.serveMap(msg)
-		case msgMapRep:
-			c.installMap(msg, fds)
-		default:
-			closeFds(fds)
-			c.fail(errProto)
+		c.dispatch(msg, fds)
+		c.sockMu.Unlock()
+		if msg[0] == msgPoke && c.blocked.Load() {
+			// A waiter blocks in the socket (this goroutine was let
+			// back meanwhile), and this poke was its: it may have held
+			// the consumer's lock, which wake's progress then skipped.
+			// It looks again.
+			c.park.Interrupt()
 		}
 	}
 	c.teardown()
+}
+
+// dispatch handles a message of the socket; sockMu is held (by the
+// socket goroutine, or a Block's callback).
+func (c *conn) dispatch(msg []byte, fds []int) {
+	switch msg[0] {
+	case msgPoke:
+		closeFds(fds)
+		c.wake()
+	case msgMapReq:
+		closeFds(fds)
+		c.serveMap(msg)
+	case msgMapRep:
+		c.installMap(msg, fds)
+	default:
+		closeFds(fds)
+		c.fail(errProto)
+	}
 }
 
 // sentSockMsg tells a polling peer that a socket message for it is on its
@@ -291,6 +304,9 @@ func (c *conn) teardown() {
 // poke asks the peer to look at the rings. It never blocks: a full socket
 // already holds pokes.
 func (c *conn) poke() {
+	if c.owed.Load() {
+		c.owed.Store(false) // any poke makes the peer look at everything
+	}
 	c.raw.Write(func(fd uintptr) bool {
 		unix.Send(int(fd), []byte{msgPoke}, unix.MSG_DONTWAIT)
 		return true
@@ -362,23 +378,36 @@ func (c *conn) Block(w *engine.Waker) bool {
 func (c *conn) blockFD(fd uintptr) bool {
 	w := c.bw
 	w.Busy()
-	for {
-		n, _, err := unix.Recvfrom(int(fd), c.pokeBuf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		if err == unix.EINTR {
-			continue
+	// The socket's messages, in order, as the socket goroutine would
+	// handle them (a mapping's reply before the acknowledgement that
+	// follows it), unless that goroutine reads it (let back meanwhile).
+	if c.sockMu.TryLock() {
+		for {
+			n, oobn, err := recvNB(int(fd), c.bbuf[:], c.boob[:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil || n == 0 {
+				c.other = true // the end of the socket: the socket goroutine's
+				break
+			}
+			if n == 1 && oobn == 0 && c.bbuf[0] == msgPoke {
+				continue // progress follows
+			}
+			var fds []int
+			if oobn > 0 {
+				fds = parseFds(c.boob[:oobn])
+			}
+			c.dispatch(c.bbuf[:n], fds)
+			if c.isDying() {
+				c.other = true
+				break
+			}
 		}
-		if err == unix.EAGAIN {
-			break
-		}
-		if err != nil {
-			c.other = true // the socket goroutine meets the error and ends the connection
-			break
-		}
-		if n == 0 || c.pokeBuf[0] != msgPoke {
-			c.other = true // the end of the socket, or a mapping's message
-			break
-		}
-		unix.Recvfrom(int(fd), c.pokeBuf[:], unix.MSG_DONTWAIT)
+		c.sockMu.Unlock()
 	}
 	// Ask to be poked, then look at the rings (wake's protocol): a
 	// poke claims the request, so it is made again after each.
@@ -388,12 +417,32 @@ func (c *conn) blockFD(fd uintptr) bool {
 	}
 	// Twice: a progress that delivers leaves the acknowledgements to the
 	// next one, and no poke may come for them.
-	c.progress(nil)
-	c.progress(nil)
+	poke := c.progressPoke(nil)
+	poke = c.progressPoke(nil) || poke
 	if c.other {
+		if poke {
+			c.poke()
+		}
 		return true
 	}
-	return !w.Idle()
+	if w.Idle() {
+		if poke {
+			c.poke() // before parking: the peer may wait for it
+		}
+		return false
+	}
+	// The wait is over and the application runs: the poke (an
+	// acknowledgement's, mostly, which a requester blocked for its send
+	// completion waits for) is held back, so that the reply the
+	// application is about to send, whose poke wakes the peer anyway,
+	// carries it, and the peer wakes once for both instead of twice.
+	// Any poke sends it, and so does the next progress: the
+	// application's next poll or wait, or the end of polled mode
+	// (engine.PollIdle) if neither comes.
+	if poke {
+		c.owed.Store(true)
+	}
+	return true
 }
 
 // askPoke asks the peer to poke when it publishes what this side waits
@@ -445,13 +494,21 @@ func (c *conn) wake() {
 // both inbound rings, complete what the peer finished, resume a stalled send
 // queue.
 func (c *conn) progress(ho *engine.Handoff) {
+	if c.progressPoke(ho) {
+		c.poke()
+	}
+}
+
+// progressPoke is progress, reporting the poke the peer needs instead of
+// sending it (for Block), a poke a Block held back (owed) included.
+func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	if c.closing.Load() {
-		return
+		return false
 	}
 	if ho != nil && atomic.LoadUint64(c.mine.U64(offSockMsgs)) != c.sockSeen.Load() {
 		c.kickRx()
 	}
-	poke, got := false, 0
+	poke, got := c.owed.Load() && c.owed.Swap(false), 0
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
@@ -501,9 +558,7 @@ func (c *conn) progress(ho *engine.Handoff) {
 		c.out.stalled.Store(false)
 		c.req.Resume()
 	}
-	if poke {
-		c.poke()
-	}
+	return poke
 }
 
 // Modify implements engine.Transport: the access flags and the RNR timer
