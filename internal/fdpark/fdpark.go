@@ -34,8 +34,8 @@ type Parker struct {
 	waiting bool // a Wait is under way: it closes f when Close came meanwhile
 }
 
-// open duplicates the descriptor of sc on first use.
-func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
+// open duplicates the descriptor of sc (or fd, without sc) on first use.
+func (p *Parker) open(sc syscall.RawConn, fd int) (syscall.RawConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -46,7 +46,9 @@ func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
 		return p.rc, nil
 	}
 	d, err := -1, error(nil)
-	if cerr := sc.Control(func(fd uintptr) { d, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+	if sc == nil {
+		d, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	} else if cerr := sc.Control(func(fd uintptr) { d, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
 		p.waiting = false
 		return nil, cerr
 	}
@@ -73,7 +75,19 @@ func (p *Parker) open(sc syscall.RawConn) (syscall.RawConn, error) {
 // again. It returns nil once fn returned true, ErrInterrupted after
 // Interrupt, ErrClosed after Close, or the error of the registration.
 func (p *Parker) Wait(sc syscall.RawConn, fn func(fd uintptr) bool) error {
-	rc, err := p.open(sc)
+	return p.wait(sc, -1, fn)
+}
+
+// WaitFD is Wait on a descriptor that is not a Go net.Conn's (a
+// non-blocking socket of the caller's own): the caller keeps fd open
+// until the first WaitFD returns, and Closes the Parker before it closes
+// fd's socket for good.
+func (p *Parker) WaitFD(fd int, fn func(fd uintptr) bool) error {
+	return p.wait(nil, fd, fn)
+}
+
+func (p *Parker) wait(sc syscall.RawConn, fd int, fn func(fd uintptr) bool) error {
+	rc, err := p.open(sc, fd)
 	if err != nil {
 		return err
 	}
