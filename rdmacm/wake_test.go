@@ -50,7 +50,7 @@ func testBlockingStress(t *testing.T, tr transport) {
 	leakcheck.Check(t)
 	c, s := pair(t, tr, nil, nil)
 	n := wakeRounds()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*2*time.Millisecond)
 	defer cancel()
 	cbuf, sbuf := make([]byte, 64), make([]byte, 64)
 	cmr, err := c.RegMsgs(cbuf)
