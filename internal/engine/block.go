@@ -160,6 +160,9 @@ func (cq *CQ) block(ctx context.Context) bool {
 
 // blockable reports whether a wait on the CQ's channel would block in a
 // transport's descriptor (GetEvent): ReqNotify then leaves polled mode on.
+// An application that arms and then waits some other way (not GetEvent,
+// not epoll on the channel's Fd, which ends polled mode) gets its event
+// once the idle rule ends polled mode (PollIdle).
 func (cq *CQ) blockable() bool {
 	return cq.ch != nil && cq.ch.soleBlocker() != nil
 }
