@@ -379,3 +379,188 @@ func cpuTime(t *testing.T) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// A CQ that several QPs share, their receives from one SRQ, is waited on
+// the ordinary way (more than one endpoint feeds it: no waiter blocks in
+// one of their sockets), with CQ.Wait and with its channel, while the
+// messages of two connections come at random moments: every one arrives,
+// none is lost or taken twice. (A CQ belongs to one device's context, so
+// QPs of different transports cannot share one: loop0, shm0 and iwarp0
+// are separate devices.)
+func TestSharedCQAndSRQ(t *testing.T) { both(t, testSharedCQ) }
+
+func testSharedCQ(t *testing.T, tr transport) {
+	leakcheck.Check(t)
+	ctx := timeout(t)
+	ln, err := rdmacm.Listen(tr.listen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const conns, msgs, depth = 2, 200, 16
+	type server struct {
+		cq  *verbs.CQ
+		ch  *verbs.CompChannel
+		scq *verbs.CQ
+		srq *verbs.SRQ
+		mr  *verbs.MR
+	}
+	var sv server
+	buf := make([]byte, 8*depth)
+	accepted := make(chan *rdmacm.ID, conns)
+	go func() {
+		for range conns {
+			req, err := ln.GetRequest(ctx)
+			if err != nil {
+				accepted <- nil
+				return
+			}
+			if sv.cq == nil { // the first request's device makes the shared objects
+				vctx, pd := req.Context(), req.PD()
+				sv.ch, _ = vctx.CreateCompChannel()
+				sv.cq, _ = vctx.CreateCQ(4*depth, sv.ch)
+				sv.scq, _ = vctx.CreateCQ(4*depth, nil)
+				sv.srq, err = pd.CreateSRQ(verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: depth, MaxSGE: 1}})
+				if err != nil {
+					t.Error(err)
+					accepted <- nil
+					return
+				}
+				sv.mr, _ = pd.RegMR(buf, verbs.AccessLocalWrite)
+				for i := range depth {
+					sv.srq.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{sv.mr.SGE(8*i, 8)}}})
+				}
+			}
+			attr := verbs.QPInitAttr{SendCQ: sv.scq, RecvCQ: sv.cq, SRQ: sv.srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}
+			if err := req.CreateQP(nil, attr); err != nil {
+				t.Error(err)
+				accepted <- nil
+				return
+			}
+			if err := req.Accept(ctx, nil); err != nil {
+				t.Error(err)
+				accepted <- nil
+				return
+			}
+			accepted <- req
+		}
+	}()
+	var clients []*rdmacm.ID
+	for range conns {
+		c, err := rdmacm.Dial(ctx, ln.LocalAddr().String(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+		s := <-accepted
+		if s == nil {
+			t.Fatal("accept failed")
+		}
+		defer s.Close()
+	}
+	defer func() {
+		sv.srq.Destroy()
+		sv.mr.Dereg()
+		sv.cq.Destroy()
+		sv.scq.Destroy()
+		sv.ch.Close()
+	}()
+	sv.cq.SetWaitSpin(0)
+	// Credits: no more messages in flight than the SRQ holds (iWARP has
+	// no RNR: a message with no receive posted fails the connection).
+	credits := make(chan struct{}, depth)
+	for range depth {
+		credits <- struct{}{}
+	}
+	errs := make(chan error, conns)
+	for k, c := range clients {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(k), 7))
+			cb := make([]byte, 8)
+			mr, _ := c.RegMsgs(cb)
+			defer mr.Dereg()
+			for i := range msgs {
+				delay(rng)
+				select {
+				case <-credits:
+				case <-ctx.Done():
+					errs <- ctx.Err()
+					return
+				}
+				binary.LittleEndian.PutUint64(cb, uint64(k<<32|i))
+				if err := c.PostSend(uint64(i), cb, mr, verbs.SendSignaled); err != nil {
+					errs <- err
+					return
+				}
+				if wc, err := c.GetSendComp(ctx); err != nil || wc.Err() != nil {
+					errs <- fmt.Errorf("client %d send %d: %v %v", k, i, err, wc.Err())
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	got := make([][]bool, conns)
+	for k := range got {
+		got[k] = make([]bool, msgs)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var wc [4]verbs.WC
+	for n := 0; n < conns*msgs; {
+		k, err := sv.cq.Poll(wc[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range wc[:k] {
+			if w.Status != verbs.WCSuccess {
+				t.Fatalf("receive %+v", w)
+			}
+			v := binary.LittleEndian.Uint64(buf[8*w.WRID:])
+			c, i := v>>32, v&0xffffffff
+			if c >= conns || i >= msgs || got[c][i] {
+				t.Fatalf("message %d of connection %d: twice or unknown", i, c)
+			}
+			got[c][i] = true
+			n++
+			sv.srq.PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: []verbs.SGE{sv.mr.SGE(8*int(w.WRID), 8)}}})
+			credits <- struct{}{}
+		}
+		if k > 0 {
+			continue
+		}
+		if rng.IntN(2) == 0 {
+			if err := sv.cq.Wait(ctx); err != nil {
+				t.Fatalf("Wait after %d messages: %v", n, err)
+			}
+			continue
+		}
+		if err := sv.cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if k, _ := sv.cq.Poll(wc[:1]); k == 1 {
+			// Taken above, next time round: put it back in the count.
+			w := wc[0]
+			v := binary.LittleEndian.Uint64(buf[8*w.WRID:])
+			c, i := v>>32, v&0xffffffff
+			if w.Status != verbs.WCSuccess || c >= conns || i >= msgs || got[c][i] {
+				t.Fatalf("receive %+v: failed, twice or unknown", w)
+			}
+			got[c][i] = true
+			n++
+			sv.srq.PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: []verbs.SGE{sv.mr.SGE(8*int(w.WRID), 8)}}})
+			credits <- struct{}{}
+			continue
+		}
+		evcq, err := sv.ch.GetEvent(ctx)
+		if err != nil {
+			t.Fatalf("GetEvent after %d messages: %v", n, err)
+		}
+		sv.ch.AckEvents(evcq, 1)
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
