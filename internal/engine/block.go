@@ -137,25 +137,64 @@ func (cq *CQ) soleBlocker() *progress {
 
 // block parks the waiting goroutine in the descriptor of the CQ's one
 // transport endpoint when it is a Blocker that no other goroutine blocks
-// in. It reports false when it did not (the caller sleeps the ordinary
-// way), true when the caller should look at the CQ again.
-func (cq *CQ) block(ctx context.Context) bool {
+// in. It reports blocked when it did (the caller looks at the CQ again);
+// otherwise busy is that endpoint's progress when another goroutine
+// blocks in it (the caller sleeps on the CQ as one of its sleepers: that
+// goroutine's progress wakes it), nil when the CQ has no such endpoint
+// (the transports must progress on their own).
+func (cq *CQ) block(ctx context.Context) (blocked bool, busy *progress) {
 	p := cq.soleBlocker()
-	if p == nil || !p.owner.CompareAndSwap(false, true) {
-		return false
+	if p == nil {
+		return false, nil
+	}
+	if !p.owner.CompareAndSwap(false, true) {
+		return false, p
 	}
 	p.w = Waker{p: p, cq: cq, done: ctx.Done()}
 	cq.blk.Store(p)
 	ok := p.block(ctx)
 	cq.blk.Store(nil)
 	p.w = Waker{}
+	p.release()
+	return ok, nil
+}
+
+// release ends a goroutine's ownership of p's blocking: the goroutines
+// that slept while it blocked are woken to take it over (or, after a
+// decline, to sleep with the transport progressing on its own). A
+// sleeper registers before it looks at owner, and this looks at sleepers
+// after clearing owner: one of the two sees the other.
+func (p *progress) release() {
 	p.owner.Store(false)
-	if ok && cq.waiters.Load() > 0 {
-		// Others sleep the ordinary way: the transport must progress
-		// without this goroutine now.
-		p.stop()
+	if p.sleepers.Load() == 0 {
+		return
 	}
-	return ok
+	for _, cq := range [2]*CQ{p.q.scq, p.q.rcq} {
+		cq.wmu.Lock()
+		if cq.wch != nil {
+			close(cq.wch)
+			cq.wch = nil
+		}
+		cq.wmu.Unlock()
+		if cq.ch != nil {
+			select {
+			case cq.ch.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// sleep registers a goroutine about to sleep on a CQ or channel while
+// another blocks in p; false when that one has left already (the caller
+// looks again instead of sleeping).
+func (p *progress) sleep() bool {
+	p.sleepers.Add(1)
+	if !p.owner.Load() {
+		p.sleepers.Add(-1)
+		return false
+	}
+	return true
 }
 
 // blockable reports whether a wait on the CQ's channel would block in a
@@ -201,21 +240,21 @@ func (ch *CompChannel) soleBlocker() *progress {
 const maxBlockCQs = 4
 
 // block is CQ.block for GetEvent.
-func (ch *CompChannel) block(ctx context.Context) bool {
+func (ch *CompChannel) block(ctx context.Context) (blocked bool, busy *progress) {
 	p := ch.soleBlocker()
-	if p == nil || !p.owner.CompareAndSwap(false, true) {
-		return false
+	if p == nil {
+		return false, nil
+	}
+	if !p.owner.CompareAndSwap(false, true) {
+		return false, p
 	}
 	p.w = Waker{p: p, ch: ch, done: ctx.Done()}
 	ch.blk.Store(p)
 	ok := p.block(ctx)
 	ch.blk.Store(nil)
 	p.w = Waker{}
-	p.owner.Store(false)
-	if ok && ch.waiters.Load() > 0 {
-		p.stop()
-	}
-	return ok
+	p.release()
+	return ok, nil
 }
 
 // stopPolls ends polled mode on the transports of the channel's CQs: a

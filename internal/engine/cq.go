@@ -345,10 +345,13 @@ func (cq *CQ) wait(ctx context.Context, start time.Time) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if cq.block(ctx) {
+		blocked, busy := cq.block(ctx)
+		if blocked {
 			continue
 		}
-		cq.pollStop()
+		if busy == nil {
+			cq.pollStop() // nobody else progresses the transports
+		}
 		cq.wmu.Lock()
 		if cq.wch == nil {
 			cq.wch = make(chan struct{})
@@ -356,17 +359,23 @@ func (cq *CQ) wait(ctx context.Context, start time.Time) error {
 		ch := cq.wch
 		cq.waiters.Add(1)
 		cq.wmu.Unlock()
-		// A completion pushed before waiters was raised is seen here.
-		if !cq.empty() || cq.destroyed.Load() {
+		// A completion pushed before waiters was raised is seen here;
+		// one that another goroutine blocking in the transport makes
+		// later closes ch, and so does its leaving (release).
+		if !cq.empty() || cq.destroyed.Load() || (busy != nil && !busy.sleep()) {
 			cq.waiters.Add(-1)
 			continue
 		}
 		select {
 		case <-ch:
-			cq.waiters.Add(-1)
 		case <-ctx.Done():
-			cq.waiters.Add(-1)
-			return ctx.Err()
+		}
+		cq.waiters.Add(-1)
+		if busy != nil {
+			busy.sleepers.Add(-1)
+		}
+		if err := ctx.Err(); err != nil && cq.empty() {
+			return err
 		}
 	}
 }
@@ -464,21 +473,32 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if ch.block(ctx) {
+		blocked, busy := ch.block(ctx)
+		if blocked {
 			continue
 		}
 		// Asleep the ordinary way: the transports progress on their own
-		// (ReqNotify left polled mode on, expecting the block above).
+		// (ReqNotify left polled mode on, expecting the block above),
+		// unless another goroutine blocks in the channel's transport: it
+		// progresses, and its leaving wakes this one (release).
 		ch.waiters.Add(1)
-		ch.stopPolls()
+		if busy == nil {
+			ch.stopPolls()
+		} else if !busy.sleep() {
+			ch.waiters.Add(-1)
+			continue
+		}
 		select {
 		case <-ch.wake:
-			ch.waiters.Add(-1)
 		case <-ch.done:
-			ch.waiters.Add(-1)
 		case <-ctx.Done():
-			ch.waiters.Add(-1)
-			return nil, ctx.Err()
+		}
+		ch.waiters.Add(-1)
+		if busy != nil {
+			busy.sleepers.Add(-1)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -24,12 +24,13 @@ type progress struct {
 	idle     *time.Timer
 	detached atomic.Bool
 
-	bt       Blocker     // t, when it can block a waiter in its descriptor
-	owner    atomic.Bool // a goroutine blocks in bt (one at a time)
-	parked   atomic.Bool // it may be parked: completions must Interrupt it
-	blocking atomic.Bool // the idle rule leaves polled mode alone
-	w        Waker       // the owner's
-	intFn    func()      // interrupt, as a value made once
+	bt       Blocker      // t, when it can block a waiter in its descriptor
+	owner    atomic.Bool  // a goroutine blocks in bt (one at a time)
+	sleepers atomic.Int32 // goroutines asleep on a CQ or channel meanwhile
+	parked   atomic.Bool  // it may be parked: completions must Interrupt it
+	blocking atomic.Bool  // the idle rule leaves polled mode alone
+	w        Waker        // the owner's
+	intFn    func()       // interrupt, as a value made once
 }
 
 func newProgress(q *QP, t Progressor) *progress {

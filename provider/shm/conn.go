@@ -60,7 +60,6 @@ type conn struct {
 	sockMu    sync.Mutex  // held to read and handle a message of the socket
 	bbuf      [256]byte   // a Block's message buffer
 	boob      [64]byte    // and its control data (unix.CmsgSpace(4*4) fits)
-	owed      atomic.Bool // a poke the last Block held back (blockFD)
 	park      fdpark.Parker
 	blockFn   func(fd uintptr) bool
 	bw        *engine.Waker
@@ -304,9 +303,6 @@ func (c *conn) teardown() {
 // poke asks the peer to look at the rings. It never blocks: a full socket
 // already holds pokes.
 func (c *conn) poke() {
-	if c.owed.Load() {
-		c.owed.Store(false) // any poke makes the peer look at everything
-	}
 	c.raw.Write(func(fd uintptr) bool {
 		unix.Send(int(fd), []byte{msgPoke}, unix.MSG_DONTWAIT)
 		return true
@@ -418,31 +414,13 @@ func (c *conn) blockFD(fd uintptr) bool {
 	// Twice: a progress that delivers leaves the acknowledgements to the
 	// next one, and no poke may come for them.
 	poke := c.progressPoke(nil)
-	poke = c.progressPoke(nil) || poke
+	if c.progressPoke(nil) || poke {
+		c.poke()
+	}
 	if c.other {
-		if poke {
-			c.poke()
-		}
 		return true
 	}
-	if w.Idle() {
-		if poke {
-			c.poke() // before parking: the peer may wait for it
-		}
-		return false
-	}
-	// The wait is over and the application runs: the poke (an
-	// acknowledgement's, mostly, which a requester blocked for its send
-	// completion waits for) is held back, so that the reply the
-	// application is about to send, whose poke wakes the peer anyway,
-	// carries it, and the peer wakes once for both instead of twice.
-	// Any poke sends it, and so does the next progress: the
-	// application's next poll or wait, or the end of polled mode
-	// (engine.PollIdle) if neither comes.
-	if poke {
-		c.owed.Store(true)
-	}
-	return true
+	return !w.Idle()
 }
 
 // askPoke asks the peer to poke when it publishes what this side waits
@@ -500,7 +478,7 @@ func (c *conn) progress(ho *engine.Handoff) {
 }
 
 // progressPoke is progress, reporting the poke the peer needs instead of
-// sending it (for Block), a poke a Block held back (owed) included.
+// sending it (for Block).
 func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	if c.closing.Load() {
 		return false
@@ -508,7 +486,7 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	if ho != nil && atomic.LoadUint64(c.mine.U64(offSockMsgs)) != c.sockSeen.Load() {
 		c.kickRx()
 	}
-	poke, got := c.owed.Load() && c.owed.Swap(false), 0
+	poke, got := false, 0
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
