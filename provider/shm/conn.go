@@ -490,7 +490,12 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
-	if (c.in.held.Load() || !c.in.req.Idle() || !c.in.resp.Idle()) && c.in.mu.TryLock() {
+	locked, busy := false, false // busy: another goroutine consumes, and may leave what this one came for
+	if c.in.held.Load() || !c.in.req.Idle() || !c.in.resp.Idle() {
+		locked = c.in.mu.TryLock()
+		busy = !locked
+	}
+	if locked {
 		poke, got = c.consume(ho)
 		if got > 0 {
 			if f := testHookConsumed.Load(); f != nil {
@@ -507,6 +512,13 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 			c.publishAckable()
 			poke = ring.Claim(c.in.req.C.Wait) || poke
 		}
+	}
+	if busy && c.blocked.Load() {
+		// The holder may be a Block's progress that already looked (a
+		// receive posted now, by RecvPosted, for a held request; a record
+		// a socket goroutine's wake came for): it looks again rather than
+		// park on what nobody will poke it for.
+		c.park.Interrupt()
 	}
 	// After a delivery the application has a completion to take: the acks
 	// wait for the next poll. Once: a stream of deliveries, with no poll
