@@ -294,8 +294,9 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 }
 
 // waitComp takes one completion of cq: it polls for up to the CQ's
-// WaitSpin, then waits on ch (or CQ.Wait without one). The spin ends
-// early when ctx ends or done (the identifier's) is closed.
+// SpinFor, then waits on ch (or CQ.Wait without one), and tells the CQ's
+// adaptive spin how long the wait took. The spin ends early when ctx
+// ends or done (the identifier's) is closed.
 func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
 	// The slice Poll fills would escape (an interface call): it comes
 	// from the pool.
@@ -306,10 +307,23 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 	if err != nil || n == 1 {
 		return wc[0], err
 	}
-	if spin := cq.WaitSpin(); spin > 0 && ch != nil { // (without ch, CQ.Wait spins)
+	if ch == nil {
+		return waitLoop(ctx, cq, ch, wc) // CQ.Wait spins and adapts
+	}
+	start := time.Now()
+	r, err := spinThenWait(ctx, done, cq, ch, wc, start)
+	if err == nil {
+		cq.WaitTook(time.Since(start))
+	}
+	return r, err
+}
+
+// spinThenWait is waitComp's spin and sleep on ch.
+func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, start time.Time) (verbs.WC, error) {
+	if spin := cq.SpinFor(); spin > 0 {
 		// Polling, not arming: a transport in polled mode stays in it, and
 		// a completion due within the spin comes with no wake-up.
-		deadline := time.Now().Add(spin)
+		deadline := start.Add(spin)
 		for i := 1; ; i++ {
 			if n, err := cq.Poll(wc[:]); err != nil || n == 1 {
 				return wc[0], err
@@ -324,6 +338,11 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 			}
 		}
 	}
+	return waitLoop(ctx, cq, ch, wc)
+}
+
+// waitLoop sleeps until a completion of cq is there and takes it.
+func waitLoop(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC) (verbs.WC, error) {
 	for {
 		n, err := cq.Poll(wc[:])
 		if err != nil || n == 1 {

@@ -18,8 +18,10 @@ type CQ struct {
 	ctx    *Context
 	ch     *CompChannel
 	d      cqDriver
-	events atomic.Int64 // delivered minus acknowledged completion events
-	spin   atomic.Int64 // SetWaitSpin's, in nanoseconds
+	events atomic.Int64  // delivered minus acknowledged completion events
+	spin   atomic.Int64  // SetWaitSpin's, in nanoseconds: the cap of the adaptive spin
+	adapt  atomic.Int64  // how long the next wait spins (SpinFor), in nanoseconds
+	probes atomic.Uint32 // waits while the adaptive spin is off
 	// UserData is free for the application (the cq_context of the C API).
 	UserData any
 }
@@ -59,7 +61,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 
 // Wait blocks until the CQ holds at least one completion, or ctx is done.
 // It needs no channel and no arming. A completion that is already there
-// makes it return at once. It first polls for up to WaitSpin (see
+// makes it return at once. It first polls for up to SpinFor (see
 // SetWaitSpin), then sleeps.
 func (cq *CQ) Wait(ctx context.Context) error { return cq.d.Wait(ctx) }
 
@@ -72,24 +74,74 @@ func (cq *CQ) Wait(ctx context.Context) error { return cq.d.Wait(ctx) }
 // polling; 50 µs gave 2.5 and 17 µs, and no spin 26 and 30 µs.
 const DefaultWaitSpin = 100 * time.Microsecond
 
-// SetWaitSpin sets how long the blocking waits for the CQ's completions
-// poll the CQ before they sleep: CQ.Wait, and package rdmacm's GetRecvComp
-// and GetSendComp. A completion that comes within d is taken without a
-// wake-up, which on these machines costs tens of microseconds (a
-// goroutine parked, the transport's own goroutine woken, a system call or
-// two each way); the price is CPU: a wait that ends up sleeping has kept a
-// CPU busy for d first, and an application that waits on many CQs at
-// once may want less. On a machine whose CPUs are all busy, a spinning
-// wait competes for them with the peer it waits for, and sleeping at once
-// is faster: with the 2 vCPUs of the measurement under a load of 4, the
-// 8-byte blocking round trip over iWARP took 48 µs without a spin against
-// 210 µs with the default one (and 340 µs polling). d <= 0 turns the spin
-// off: every wait that finds the CQ empty sleeps at once. The default is
+// SetWaitSpin sets the most that the blocking waits for the CQ's
+// completions poll the CQ before they sleep: CQ.Wait, and package rdmacm's
+// GetRecvComp and GetSendComp. A completion that comes within the spin is
+// taken without a wake-up; the price is CPU: a wait that ends up sleeping
+// has kept a CPU busy for the spin first. The spin adapts, per CQ, below
+// d (SpinFor): it is spent in full while recent waits were answered
+// within it, and halves with each wait that was not, down to nothing, so
+// that a CQ whose waits sleep (a server idle between requests, replies
+// slower than d) costs no CPU past them, and a wait that sleeps costs
+// about what it costs with the spin off; one wait answered within d
+// brings the spin back. d <= 0 turns the spin off: every wait that finds
+// the CQ empty sleeps at once (in the transport's descriptor where it can:
+// see package verbs's section Blocking waits). The default is
 // DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
 // spin.
-func (cq *CQ) SetWaitSpin(d time.Duration) { cq.spin.Store(int64(max(d, 0))) }
+func (cq *CQ) SetWaitSpin(d time.Duration) {
+	cq.spin.Store(int64(max(d, 0)))
+	cq.adapt.Store(int64(max(d, 0)))
+}
 
-// WaitSpin returns how long blocking waits poll the CQ before they sleep.
+// SpinFor returns how long the next blocking wait polls the CQ before it
+// sleeps: WaitSpin at most, less while recent waits were not answered
+// within it (see SetWaitSpin). Code that implements a blocking wait of
+// its own reports each wait's outcome with WaitTook.
+func (cq *CQ) SpinFor() time.Duration {
+	capd := cq.spin.Load()
+	a := cq.adapt.Load()
+	if a == 0 && capd > 0 && cq.probes.Add(1)%spinProbe == 0 {
+		// Off, the spin cannot see replies come back within it (a wait
+		// that sleeps costs the wake-up's tens of microseconds on top of
+		// the reply's): now and then a wait spins in full to find out.
+		return time.Duration(capd)
+	}
+	return time.Duration(min(a, capd))
+}
+
+// spinFloor is the shortest spin worth making: below it, the spin is off
+// until a wait answered within WaitSpin brings it back. One wait in
+// spinProbe spins in full meanwhile.
+const (
+	spinFloor = time.Microsecond
+	spinProbe = 16
+)
+
+// WaitTook tells the CQ's adaptive spin how long a blocking wait took,
+// from its start until a completion was there: within WaitSpin, the
+// spin doubles (at least twice the wait, so that it covers the variation
+// of such waits), up to WaitSpin; past it, the spin halves, since spinning
+// only delayed the sleep. The updates are racy on purpose: concurrent
+// waits may lose one, which only makes the spin adapt a wait later.
+func (cq *CQ) WaitTook(d time.Duration) {
+	capd := cq.spin.Load()
+	if capd == 0 {
+		return
+	}
+	a := cq.adapt.Load()
+	if int64(d) <= capd {
+		cq.adapt.Store(min(capd, max(2*a, 2*int64(d)+int64(spinFloor))))
+		return
+	}
+	if a /= 2; a < int64(spinFloor) {
+		a = 0
+	}
+	cq.adapt.Store(a)
+}
+
+// WaitSpin returns the most that blocking waits poll the CQ before they
+// sleep (SetWaitSpin).
 func (cq *CQ) WaitSpin() time.Duration { return time.Duration(cq.spin.Load()) }
 
 // Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while

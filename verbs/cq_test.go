@@ -57,3 +57,57 @@ func TestWaitAcrossSpin(t *testing.T) {
 		t.Fatalf("Wait with its context canceled during the spin: %v", err)
 	}
 }
+
+// The wait spin adapts: waits answered past WaitSpin halve it down to
+// nothing (one wait in 16 then spins in full, a probe), one answered
+// within it brings it back (twice the wait at least, WaitSpin at most),
+// and SetWaitSpin sets the cap and the spin, 0 turning both off.
+func TestAdaptiveSpin(t *testing.T) {
+	ctx, _, cq, _, _ := pair()
+	defer ctx.Close()
+	capd := verbs.DefaultWaitSpin
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("a new CQ spins %v, want %v", got, capd)
+	}
+	cq.WaitTook(time.Millisecond) // past the cap: halved
+	if got := cq.SpinFor(); got != capd/2 {
+		t.Fatalf("after a wait past the spin: %v, want %v", got, capd/2)
+	}
+	for range 10 {
+		cq.WaitTook(time.Millisecond)
+	}
+	full, off := 0, 0
+	for range 32 {
+		switch cq.SpinFor() {
+		case 0:
+			off++
+		case capd:
+			full++
+		default:
+			t.Fatal("a spin that is neither off nor a probe")
+		}
+	}
+	if full != 2 || off != 30 {
+		t.Fatalf("after slow waits: %d probes and %d waits without a spin in 32, want 2 and 30", full, off)
+	}
+	cq.WaitTook(10 * time.Microsecond) // answered within the cap
+	if got := cq.SpinFor(); got < 20*time.Microsecond || got > capd {
+		t.Fatalf("after a wait of 10 µs: spin %v, want 20 µs to %v", got, capd)
+	}
+	cq.WaitTook(capd)
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("after a wait of the cap: spin %v, want %v", got, capd)
+	}
+	cq.SetWaitSpin(0)
+	for range 40 {
+		cq.WaitTook(time.Microsecond)
+		if got := cq.SpinFor(); got != 0 {
+			t.Fatalf("spin off: SpinFor %v", got)
+		}
+	}
+	cq.SetWaitSpin(time.Millisecond)
+	cq.WaitTook(900 * time.Microsecond)
+	if got := cq.SpinFor(); got != time.Millisecond {
+		t.Fatalf("cap 1 ms, a wait of 900 µs: spin %v, want 1ms", got)
+	}
+}

@@ -119,6 +119,7 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	}
 	cq := &CQ{ctx: c, ch: ch}
 	cq.spin.Store(int64(DefaultWaitSpin))
+	cq.adapt.Store(int64(DefaultWaitSpin))
 	var chd compChannelDriver
 	if ch != nil {
 		chd = ch.d

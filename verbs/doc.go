@@ -25,6 +25,27 @@
 // waited for with CQ.ReqNotify and CompChannel.GetEvent (or epoll on
 // CompChannel.Fd), or with CQ.Wait(ctx).
 //
+// # Blocking waits
+//
+// CQ.Wait, and CompChannel.GetEvent after ReqNotify, first poll the CQ for
+// its adaptive spin (SetWaitSpin: the spin is spent while recent waits
+// were answered within it and fades to nothing while they were not),
+// then sleep. On a CQ fed by one connected QP of a provider whose peer
+// signals it through a socket (iwarp: the connection's TCP socket; shm:
+// the socket the peer pokes when this side says it sleeps; roce: the
+// device's UDP socket, which one waiter of the device at a time reads for
+// all its QPs), the sleeping goroutine itself makes the connection's
+// progress and parks in Go's netpoller on that socket, as a socket's
+// reader does: the peer's write wakes it, with no goroutine of the
+// provider's in between. Whatever else completes meanwhile (a flush, a
+// request the provider's goroutine finished, Close) wakes it too. The
+// same holds for GetEvent on a channel whose CQs (up to four) are all fed
+// by one such QP, as rdmacm's are, unless CompChannel.Fd was asked for
+// (epoll waits on it: the provider's goroutines make progress then).
+// Otherwise (several QPs on the CQ, an SRQ's, several goroutines waiting:
+// one of them parks in the socket, the others on the CQ; loop) the
+// provider's goroutines make progress and wake the waiters.
+//
 // # Completion semantics
 //
 // When a request completes, and where an error the target finds shows,

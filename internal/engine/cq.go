@@ -32,7 +32,8 @@ type CQ struct {
 	waiters  atomic.Int32  // goroutines in Wait
 	overflow atomic.Bool
 	wmu      sync.Mutex
-	wch      chan struct{} // closed to wake Wait; replaced after each wake
+	wch      chan struct{}            // closed to wake Wait; replaced after each wake
+	blk      atomic.Pointer[progress] // a Wait blocks in its transport (block.go)
 
 	refs      atomic.Int32 // QPs and SRQs using the CQ
 	destroyed atomic.Bool
@@ -188,6 +189,9 @@ func (cq *CQ) wakeup(fire bool) {
 	if fire && cq.ch != nil {
 		cq.ch.deliver(cq.v)
 	}
+	if p := cq.blk.Load(); p != nil {
+		p.interrupt()
+	}
 	if cq.waiters.Load() > 0 {
 		cq.wmu.Lock()
 		if cq.wch != nil {
@@ -287,7 +291,12 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if cq.destroyed.Load() {
 		return verbs.ErrClosed
 	}
-	cq.pollStop()
+	// The application is about to block on the channel: the transports
+	// must progress on their own, unless GetEvent will lend them its
+	// goroutine (a channel of one endpoint, waited on without epoll).
+	if !cq.blockable() {
+		cq.pollStop()
+	}
 	if solicitedOnly {
 		// An arming for any completion already in place is kept, as the verbs spec says.
 		cq.armed.CompareAndSwap(armNone, armSolicited)
@@ -297,14 +306,28 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Wait implements driver.CQ: a spin of the verbs CQ's WaitSpin (driving
-// polled mode, when the CQ's transports have it), then a blocking wait.
-// The spin covers a completion due within microseconds, which then comes
-// without the system calls of a wake-up; an idle CQ still costs no CPU
-// past it.
+// Wait implements driver.CQ: a spin of the verbs CQ's SpinFor (driving
+// polled mode, when the CQ's transports have it), then a blocking wait:
+// in the descriptor of the CQ's transport endpoint when it is the only one
+// and a Blocker (block.go), otherwise on the CQ's wake-up channel. The
+// spin covers a completion due within microseconds, which then comes
+// without the system calls of a wake-up; it adapts to how soon the CQ's
+// waits are answered (verbs.CQ.WaitTook), so an idle CQ costs no CPU.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if spin := cq.v.WaitSpin(); spin > 0 {
-		deadline := time.Now().Add(spin)
+	if !cq.empty() || cq.overflow.Load() {
+		return nil
+	}
+	start := time.Now()
+	err := cq.wait(ctx, start)
+	if err == nil {
+		cq.v.WaitTook(time.Since(start))
+	}
+	return err
+}
+
+func (cq *CQ) wait(ctx context.Context, start time.Time) error {
+	if spin := cq.v.SpinFor(); spin > 0 {
+		deadline := start.Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
 				return nil
@@ -329,7 +352,16 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.destroyed.Load() {
 			return verbs.ErrClosed
 		}
-		cq.pollStop()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		blocked, busy := cq.block(ctx)
+		if blocked {
+			continue
+		}
+		if busy == nil {
+			cq.pollStop() // nobody else progresses the transports
+		}
 		cq.wmu.Lock()
 		if cq.wch == nil {
 			cq.wch = make(chan struct{})
@@ -337,17 +369,23 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		ch := cq.wch
 		cq.waiters.Add(1)
 		cq.wmu.Unlock()
-		// A completion pushed before waiters was raised is seen here.
-		if !cq.empty() {
+		// A completion pushed before waiters was raised is seen here;
+		// one that another goroutine blocking in the transport makes
+		// later closes ch, and so does its leaving (release).
+		if !cq.empty() || cq.destroyed.Load() || (busy != nil && !busy.sleep()) {
 			cq.waiters.Add(-1)
-			return nil
+			continue
 		}
 		select {
 		case <-ch:
-			cq.waiters.Add(-1)
 		case <-ctx.Done():
-			cq.waiters.Add(-1)
-			return ctx.Err()
+		}
+		cq.waiters.Add(-1)
+		if busy != nil {
+			busy.sleepers.Add(-1)
+		}
+		if err := ctx.Err(); err != nil && cq.empty() {
+			return err
 		}
 	}
 }
@@ -362,6 +400,7 @@ func (cq *CQ) Destroy() error {
 	}
 	cq.signal(true)
 	if cq.ch != nil {
+		cq.ch.removeCQ(cq)
 		cq.ch.refs.Add(-1)
 	}
 	cq.ctx.cqs.Add(-1)
@@ -383,6 +422,13 @@ type CompChannel struct {
 	refs   atomic.Int32 // CQs using the channel
 	closed bool
 	done   chan struct{}
+
+	n        atomic.Int32             // len(q), for a blocked GetEvent's look
+	isClosed atomic.Bool              // closed, likewise
+	fdMadeA  atomic.Bool              // fdMade, for ReqNotify's look
+	cqs      atomic.Pointer[[]*CQ]    // the CQs reporting to the channel
+	blk      atomic.Pointer[progress] // a GetEvent blocks in its transport
+	waiters  atomic.Int32             // GetEvents asleep on wake
 }
 
 func newCompChannel(ctx *Context) (*CompChannel, error) {
@@ -396,11 +442,15 @@ func (ch *CompChannel) deliver(cq *verbs.CQ) {
 		return
 	}
 	ch.q = append(ch.q, cq)
+	ch.n.Add(1)
 	ch.fd.add()
 	ch.mu.Unlock()
 	select {
 	case ch.wake <- struct{}{}:
 	default:
+	}
+	if p := ch.blk.Load(); p != nil {
+		p.interrupt()
 	}
 }
 
@@ -417,6 +467,7 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 			copy(ch.q, ch.q[1:])
 			ch.q[len(ch.q)-1] = nil
 			ch.q = ch.q[:len(ch.q)-1]
+			ch.n.Add(-1)
 			ch.fd.take()
 			more := len(ch.q) > 0
 			ch.mu.Unlock()
@@ -429,11 +480,35 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 			return cq, nil
 		}
 		ch.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		blocked, busy := ch.block(ctx)
+		if blocked {
+			continue
+		}
+		// Asleep the ordinary way: the transports progress on their own
+		// (ReqNotify left polled mode on, expecting the block above),
+		// unless another goroutine blocks in the channel's transport: it
+		// progresses, and its leaving wakes this one (release).
+		ch.waiters.Add(1)
+		if busy == nil {
+			ch.stopPolls()
+		} else if !busy.sleep() {
+			ch.waiters.Add(-1)
+			continue
+		}
 		select {
 		case <-ch.wake:
 		case <-ch.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+		}
+		ch.waiters.Add(-1)
+		if busy != nil {
+			busy.sleepers.Add(-1)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -443,18 +518,27 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*verbs.CQ, error) {
 // of descriptors: the next call tries again).
 func (ch *CompChannel) Fd() int {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
+	made := false
 	if !ch.fdMade && !ch.closed {
 		fd, err := newEventFD()
 		if err != nil {
+			ch.mu.Unlock()
 			return -1
 		}
-		ch.fd, ch.fdMade = fd, true
+		ch.fd, ch.fdMade, made = fd, true, true
+		ch.fdMadeA.Store(true)
 		for range ch.q {
 			ch.fd.add()
 		}
 	}
-	return ch.fd.fd()
+	fd := ch.fd.fd()
+	ch.mu.Unlock()
+	if made {
+		// epoll waits on the descriptor, not GetEvent: the transports
+		// must progress on their own (outside mu: Polled may deliver).
+		ch.stopPolls()
+	}
+	return fd
 }
 
 // Close implements driver.CompChannel.
@@ -468,7 +552,11 @@ func (ch *CompChannel) Close() error {
 		return verbs.ErrClosed
 	}
 	ch.closed = true
+	ch.isClosed.Store(true)
 	close(ch.done)
+	if p := ch.blk.Load(); p != nil {
+		p.interrupt()
+	}
 	return ch.fd.close()
 }
 

@@ -251,7 +251,11 @@ func (c *Context) CreateCQ(v *verbs.CQ, cqe int, ch driver.CompChannel) (driver.
 		ech.refs.Add(1)
 	}
 	c.cqs.Add(1)
-	return newCQ(c, v, cqe, ech), nil
+	cq := newCQ(c, v, cqe, ech)
+	if ech != nil {
+		ech.addCQ(cq)
+	}
+	return cq, nil
 }
 
 // Close implements driver.Context.

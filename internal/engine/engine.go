@@ -22,6 +22,19 @@
 //     may step aside) or not (automatic mode: they must make progress).
 //     When the application polls is the engine's decision, one rule for
 //     every transport (see PollIdle).
+//   - Blocker: a Progressor whose input arrives on a descriptor. A
+//     goroutine that blocks for a completion (CQ.Wait, GetEvent) on a CQ
+//     whose one transport endpoint it is lends the transport its
+//     goroutine (Block): polled mode goes on, and the goroutine parks in
+//     the netpoller on the descriptor (package fdpark: a duplicate, with
+//     its own registration and deadline), so that the peer's write wakes
+//     the waiter itself. Anything that completes meanwhile some other
+//     way, the end of the wait's context, and Destroy call Interrupt;
+//     the Waker's Busy and Idle calls tell the engine when the goroutine
+//     may be parked, which is when it must be (see block.go). Several
+//     endpoints on the CQ (or the channel), an SRQ's, a second waiter, a
+//     channel with a descriptor: the ordinary sleep, and the transports'
+//     own goroutines progress.
 //   - DirectSender: SendDirect puts an idle QP's request out from PostSend
 //     (the requests of a list one after the other, then DirectEnd);
 //     OneSided carries out a WRITE or READ of one segment (a request

@@ -23,10 +23,20 @@ type progress struct {
 	idleMark atomic.Bool // set by idleTick, cleared by every poll
 	idle     *time.Timer
 	detached atomic.Bool
+
+	bt       Blocker      // t, when it can block a waiter in its descriptor
+	owner    atomic.Bool  // a goroutine blocks in bt (one at a time)
+	sleepers atomic.Int32 // goroutines asleep on a CQ or channel meanwhile
+	parked   atomic.Bool  // it may be parked: completions must Interrupt it
+	blocking atomic.Bool  // the idle rule leaves polled mode alone
+	w        Waker        // the owner's
+	intFn    func()       // interrupt, as a value made once
 }
 
 func newProgress(q *QP, t Progressor) *progress {
 	p := &progress{t: t, q: q}
+	p.bt, _ = t.(Blocker)
+	p.intFn = p.interrupt
 	p.idle = time.AfterFunc(time.Hour, p.idleTick)
 	p.idle.Stop()
 	return p
@@ -69,8 +79,8 @@ func (p *progress) stop() {
 // idleTick runs every PollIdle while the application polls; it re-arms
 // itself while polled mode lasts.
 func (p *progress) idleTick() {
-	if !p.polled.Load() || p.detached.Load() {
-		return
+	if !p.polled.Load() || p.detached.Load() || p.blocking.Load() {
+		return // a blocking waiter re-arms the timer when it returns
 	}
 	if p.idleMark.Swap(true) {
 		p.stop()
@@ -92,6 +102,7 @@ func (p *progress) attach() {
 func (p *progress) detach() {
 	p.detached.Store(true)
 	p.idle.Stop()
+	p.interrupt()
 	p.q.scq.removePoller(p)
 	p.q.rcq.removePoller(p)
 }

@@ -117,6 +117,7 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 		c.su.rxSeen.Store(true) // the initiator speaks first
 	}
 	c.rx.pollFn = c.pollFD
+	c.rx.blockFn = c.blockFD
 	c.tx.writeFn = c.writeNow
 	c.tx.waitFn = c.writeRest
 	c.rx.wake = make(chan struct{}, 1)
@@ -196,6 +197,7 @@ func (c *conn) close(err error, term []byte) {
 			c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		}
 		close(c.dying)
+		c.rx.park.Close() // a waiter blocked in the socket returns
 	})
 }
 
@@ -337,5 +339,15 @@ func (c *conn) wakeTx() {
 	select {
 	case c.txWake <- struct{}{}:
 	default:
+	}
+}
+
+// isDying reports whether the connection is being torn down.
+func (c *conn) isDying() bool {
+	select {
+	case <-c.dying:
+		return true
+	default:
+		return false
 	}
 }

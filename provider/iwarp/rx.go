@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/fdpark"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -50,6 +51,19 @@ type rxSide struct {
 	pollErr error
 	polled  atomic.Bool // the application polls (engine.Progressor.Polled)
 	wake    chan struct{}
+
+	// A waiter that blocks in the socket (Block): park is its own
+	// registration of the socket, blockFn its callback (a method value
+	// made once), bw and blockErr its state across the callback's calls.
+	park     fdpark.Parker
+	blocked  atomic.Bool // a Block is under way: put leaves nothing to it
+	blockFn  func(fd uintptr) bool
+	bw       *engine.Waker
+	blockErr error
+	// quietMu orders quiet's socket option between the receive goroutine
+	// stepping aside and a Block, which needs the socket to signal.
+	quietMu sync.Mutex
+	quieted bool
 	any     atomic.Bool // an FPDU has arrived
 
 	buf  [stageSize]byte
@@ -171,8 +185,14 @@ func (c *conn) rxLoop() {
 	err := c.raw.Read(func(fd uintptr) bool {
 		if c.rx.polled.Load() {
 			// Only while this goroutine is parked here (not in the
-			// netpoller) may arrivals be kept from signalling the socket.
-			quiet(int(fd), true)
+			// netpoller) may arrivals be kept from signalling the socket,
+			// and only while no waiter blocks in it.
+			c.rx.quietMu.Lock()
+			if !c.rx.blocked.Load() {
+				quiet(int(fd), true)
+				c.rx.quieted = true
+			}
+			c.rx.quietMu.Unlock()
 			// It stays aside as long as the polling goes on: taking the
 			// socket from a poller that reads it would only make the two
 			// spin against each other (a streaming receiver then used two
@@ -185,7 +205,12 @@ func (c *conn) rxLoop() {
 					break wait
 				}
 			}
-			quiet(int(fd), false)
+			c.rx.quietMu.Lock()
+			if c.rx.quieted {
+				quiet(int(fd), false)
+				c.rx.quieted = false
+			}
+			c.rx.quietMu.Unlock()
 		}
 		// Always drain before waiting again: the netpoller reports
 		// readiness once (edge-triggered), and bytes left unread now would
@@ -242,6 +267,54 @@ func (c *conn) Progress(engine.Handoff) int {
 }
 
 func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
+
+// Block implements engine.Blocker: the waiting goroutine reads the socket
+// itself, parked in the netpoller on it between arrivals, while the
+// receive goroutine stays aside (polled mode). What the transmit side
+// leaves to polls meanwhile goes to the transmit goroutine (put).
+func (c *conn) Block(w *engine.Waker) bool {
+	if !c.estabDone.Load() || c.isDying() {
+		return false
+	}
+	c.rx.blocked.Store(true)
+	defer c.rx.blocked.Store(false)
+	if c.tx.restOut.Load() {
+		c.wakeTx() // a message's rest, left to the polls before this Block
+	}
+	c.rx.quietMu.Lock()
+	if c.rx.quieted {
+		c.raw.Control(func(fd uintptr) { quiet(int(fd), false) })
+		c.rx.quieted = false
+	}
+	c.rx.quietMu.Unlock()
+	c.rx.bw, c.rx.blockErr = w, nil
+	err := c.rx.park.Wait(c.raw, c.rx.blockFn)
+	perr := c.rx.blockErr
+	c.rx.bw, c.rx.blockErr = nil, nil
+	if perr != nil && perr != errWouldBlock {
+		c.rxFailed(perr)
+		return false
+	}
+	return err == nil || err == fdpark.ErrInterrupted
+}
+
+// blockFD is Block's callback: it processes what the socket has and
+// reports whether the wait is over.
+func (c *conn) blockFD(fd uintptr) bool {
+	w := c.rx.bw
+	w.Busy()
+	c.rx.mu.Lock()
+	perr := c.pump(int(fd), true)
+	c.rx.mu.Unlock()
+	if perr != errWouldBlock {
+		c.rx.blockErr = perr
+		return true
+	}
+	return !w.Idle()
+}
+
+// Interrupt implements engine.Blocker.
+func (c *conn) Interrupt() { c.rx.park.Interrupt() }
 
 // Polled implements engine.Progressor: while the application polls, the
 // receive goroutine steps aside, and the transmit goroutine leaves the rest

@@ -211,7 +211,7 @@ func (c *conn) put(iov [][]byte) error {
 		// While the application polls, its polls write the rest
 		// (progressTx); otherwise, and on an error, the transmit goroutine
 		// does (it fails the connection on the error).
-		if err != nil || !c.rx.polled.Load() {
+		if err != nil || !c.rx.polled.Load() || c.rx.blocked.Load() {
 			c.wakeTx()
 		}
 	}

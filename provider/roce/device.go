@@ -61,6 +61,11 @@ type device struct {
 	acks   ackQueue     // deferred ACKs
 	polled atomic.Int32 // QPs whose application polls
 	wake   chan struct{}
+	// One waiter at a time blocks in the socket (qp.Block): blockMu is
+	// its, bw its Waker, blockFn its callback (a method value made once).
+	blockMu sync.Mutex
+	bw      *engine.Waker
+	blockFn func(fd uintptr) bool
 
 	cm *cmAgent
 
@@ -132,6 +137,7 @@ type sender struct {
 
 func newDevice(name string, addr netip.Addr) *device {
 	d := &device{addr: addr, qps: map[uint32]*qp{}, wake: make(chan struct{}, 1)}
+	d.blockFn = d.blockFD
 	d.tx.port = ib.UDPPort
 	d.mtu = activeMTU(addr)
 	guid := guidOf(addr)
@@ -381,6 +387,30 @@ func (d *device) pumpLocked(fd int, ho *engine.Handoff) {
 			d.receive(d.rx.buf[off:min(off+seg, n)], from, ho)
 		}
 	}
+}
+
+// blockFD is the callback of a waiter blocked in the socket (qp.Block):
+// it reads every packet the socket holds (the device's goroutine is aside:
+// polled mode), each to its QP, this waiter's or not, sends the ACKs due,
+// and reports whether the wait is over.
+func (d *device) blockFD(fd uintptr) bool {
+	w := d.bw
+	w.Busy()
+	d.rx.Lock()
+	for {
+		n, seg, from, err := recvGRO(int(fd), d.rx.buf[:], &d.rx.sa, &d.rx.msg)
+		if err != nil {
+			break // EAGAIN; another error is the device goroutine's to meet
+		}
+		raceAcquire()
+		for off := 0; off < n; off += seg {
+			d.stats.Received.Add(1)
+			d.receive(d.rx.buf[off:min(off+seg, n)], from, nil)
+		}
+	}
+	d.rx.Unlock()
+	d.flushACKs() // the peer may wait for them: now, not at the next poll
+	return !w.Idle()
 }
 
 // pollReads bounds the socket reads of one application poll: a read is

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/fdpark"
 	"github.com/goverbs/goverbs/internal/ib"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -176,6 +177,35 @@ func (q *qp) release() {
 // Progress implements engine.Progressor: the application polls, so the
 // device's socket is read here.
 func (q *qp) Progress(ho engine.Handoff) int { return q.d.poll(ho) }
+
+// Block implements engine.Blocker: the waiting goroutine reads the
+// device's socket itself, parked in the netpoller on it between packets,
+// while the device's goroutine is aside (polled mode), and hands each
+// packet to its QP. One waiter of the device at a time: another one
+// sleeps the ordinary way (the first reads its packets too).
+func (q *qp) Block(w *engine.Waker) bool {
+	d := q.d
+	sock := d.sock.Load()
+	if sock == nil || q.dead.Load() || !d.blockMu.TryLock() {
+		return false
+	}
+	defer d.blockMu.Unlock()
+	if !sock.acquire() {
+		return false
+	}
+	defer sock.release()
+	d.bw = w
+	err := sock.park.WaitFD(sock.fd, d.blockFn)
+	d.bw = nil
+	return err == nil || err == fdpark.ErrInterrupted
+}
+
+// Interrupt implements engine.Blocker.
+func (q *qp) Interrupt() {
+	if s := q.d.sock.Load(); s != nil {
+		s.park.Interrupt()
+	}
+}
 
 // Polled implements engine.Progressor.
 func (q *qp) Polled(on bool) {

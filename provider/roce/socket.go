@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/fdpark"
 )
 
 // A socket is a UDP socket used by its descriptor, outside Go's netpoller.
@@ -32,6 +34,8 @@ type socket struct {
 	// ends (a count, not a lock: a use nests in another, as a poll that
 	// receives sends an ACK from the same socket).
 	refs atomic.Int64
+	// park is a blocking waiter's registration of the socket (qp.Block).
+	park fdpark.Parker
 }
 
 const sockShut = 1 << 40
@@ -91,6 +95,7 @@ func (s *socket) release() { s.refs.Add(-1) }
 
 // shut refuses new uses and ends waits for room (close follows).
 func (s *socket) shut() {
+	s.park.Close() // a waiter blocked in it lets go of its use
 	for {
 		n := s.refs.Load()
 		if n >= sockShut || s.refs.CompareAndSwap(n, n+sockShut) {

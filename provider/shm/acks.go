@@ -141,10 +141,11 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 // and publish its head at once; an entry recorded after a checkAcks that
 // already saw that head would wait for the head's next move, which may
 // never come. An application that is not polling asks to be poked (one
-// that starts to wait later arms the same flag in wake).
+// that starts to wait later arms the same flag in wake, or in Block's
+// askPoke: one that blocks in the socket meanwhile is seen here).
 func (c *conn) expectAck(w *engine.WQE, n int) {
 	c.wait.acks.push(w, w.Seq(), c.out.cur.start, c.out.ring.Tail+uint64(n))
-	if !c.polled.Load() {
+	if !c.polled.Load() || c.blocked.Load() { // a Block waits in the socket
 		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}
 }
@@ -155,7 +156,7 @@ func (c *conn) addResp(e pend) {
 	c.wait.resps.push(e)
 	c.wait.nresp.Add(1)
 	c.wait.sqMu.Unlock()
-	if !c.polled.Load() {
+	if !c.polled.Load() || c.blocked.Load() {
 		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}
 }

@@ -96,13 +96,7 @@ func (s *setup) unmarshal(b []byte) error {
 func readMsg(uc *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err error) {
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	if oobn > 0 {
-		if cms, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-			for _, m := range cms {
-				if f, ferr := unix.ParseUnixRights(&m); ferr == nil {
-					fds = append(fds, f...)
-				}
-			}
-		}
+		fds = parseFds(oob[:oobn])
 	}
 	if err != nil {
 		closeFds(fds)
@@ -113,6 +107,18 @@ func readMsg(uc *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err erro
 		return nil, nil, errPeerClosed
 	}
 	return buf[:n], fds, nil
+}
+
+// parseFds returns the descriptors that control data passes.
+func parseFds(oob []byte) (fds []int) {
+	if cms, err := unix.ParseSocketControlMessage(oob); err == nil {
+		for _, m := range cms {
+			if f, ferr := unix.ParseUnixRights(&m); ferr == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	return fds
 }
 
 func closeFds(fds []int) {

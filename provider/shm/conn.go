@@ -15,6 +15,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/atomicx"
 	"github.com/goverbs/goverbs/internal/engine"
+	"github.com/goverbs/goverbs/internal/fdpark"
 	"github.com/goverbs/goverbs/provider/shm/internal/ring"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -48,6 +49,21 @@ type conn struct {
 	exp     exports  // our regions the peer maps (exports.go)
 
 	polled atomic.Bool // the application polls (engine.Progressor.Polled)
+	// A waiter that blocks in the socket (Block) reads the peer's pokes
+	// itself: aside keeps the socket goroutine off the socket meanwhile
+	// (asideWake lets it back), park is the waiter's registration of the
+	// socket, blockFn its callback (a method value made once), bw, other
+	// and pokeBuf its state across the callback's calls.
+	aside     atomic.Bool
+	asideWake chan struct{}
+	blocked   atomic.Bool // a Block is under way
+	sockMu    sync.Mutex  // held to read and handle a message of the socket
+	bbuf      [256]byte   // a Block's message buffer
+	boob      [64]byte    // and its control data (unix.CmsgSpace(4*4) fits)
+	park      fdpark.Parker
+	blockFn   func(fd uintptr) bool
+	bw        *engine.Waker
+	other     bool // the socket ended or failed: the socket goroutine's
 	// sockSeen is the peer's count of socket messages (offSockMsgs) when
 	// a poll last looked.
 	sockSeen atomic.Uint64
@@ -62,7 +78,8 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 	c := &conn{ep: ep, noDirect: cfg.NoDirectAccess, req: ep.Requester(), resp: ep.Responder(), uc: uc, rnr: rnr, mine: mine, peer: peer, peerQPN: peerQPN, pdata: pdata, ird: ird, ord: ord,
 		remotes: remotes{rdma: map[uint32]*remote{}, srcs: map[uint32]*remote{}, asking: map[uint32]bool{}, reoffers: map[uint32]int{}},
 		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
-		dying:   make(chan struct{}), done: make(chan struct{})}
+		dying:   make(chan struct{}), done: make(chan struct{}), asideWake: make(chan struct{}, 1)}
+	c.blockFn = c.blockFD
 	sq := ep.Attr().Cap.MaxSendWR
 	c.wait.acks = newAckRing(sq)
 	c.out.sqCap = sq
@@ -133,6 +150,7 @@ func (c *conn) close(err error) {
 		c.err = err
 		close(c.dying)
 		c.uc.Close()
+		c.park.Close() // a waiter blocked in the socket returns
 	})
 }
 
@@ -157,32 +175,55 @@ func (c *conn) rxLoop() {
 	defer close(c.done)
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
 	for {
+		for c.aside.Load() && !c.isDying() {
+			select { // a waiter reads the socket (Block)
+			case <-c.asideWake:
+			case <-c.dying:
+			}
+		}
+		c.sockMu.Lock()
 		msg, fds, err := readMsg(c.uc, buf, oob)
 		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isDying() {
 			// kickRx: a poll saw a message coming and had this goroutine
-			// scheduled; it reads on.
+			// scheduled; it reads on. Or a Block made it step aside.
 			c.uc.SetReadDeadline(time.Time{})
+			c.sockMu.Unlock()
 			continue
 		}
 		if err != nil {
+			c.sockMu.Unlock()
 			c.peerGone(err)
 			break
 		}
-		switch msg[0] {
-		case msgPoke:
-			closeFds(fds)
-			c.wake()
-		case msgMapReq:
-			closeFds(fds)
-			c.serveMap(msg)
-		case msgMapRep:
-			c.installMap(msg, fds)
-		default:
-			closeFds(fds)
-			c.fail(errProto)
+		c.dispatch(msg, fds)
+		c.sockMu.Unlock()
+		if msg[0] == msgPoke && c.blocked.Load() {
+			// A waiter blocks in the socket (this goroutine was let
+			// back meanwhile), and this poke was its: it may have held
+			// the consumer's lock, which wake's progress then skipped.
+			// It looks again.
+			c.park.Interrupt()
 		}
 	}
 	c.teardown()
+}
+
+// dispatch handles a message of the socket; sockMu is held (by the
+// socket goroutine, or a Block's callback).
+func (c *conn) dispatch(msg []byte, fds []int) {
+	switch msg[0] {
+	case msgPoke:
+		closeFds(fds)
+		c.wake()
+	case msgMapReq:
+		closeFds(fds)
+		c.serveMap(msg)
+	case msgMapRep:
+		c.installMap(msg, fds)
+	default:
+		closeFds(fds)
+		c.fail(errProto)
+	}
 }
 
 // sentSockMsg tells a polling peer that a socket message for it is on its
@@ -202,6 +243,7 @@ func (c *conn) sentSockMsg() { atomic.AddUint64(c.peer.U64(offSockMsgs), 1) }
 func (c *conn) kickRx() {
 	if h := atomic.LoadUint64(c.mine.U64(offSockMsgs)); h != c.sockSeen.Load() {
 		c.sockSeen.Store(h)
+		c.releaseRx()
 		c.uc.SetReadDeadline(time.Unix(1, 0))
 		runtime.Gosched()
 	}
@@ -280,6 +322,7 @@ func (c *conn) Progress(ho engine.Handoff) int {
 func (c *conn) Polled(on bool) {
 	c.polled.Store(on)
 	if !on {
+		c.releaseRx()
 		c.wake()
 		return
 	}
@@ -289,6 +332,117 @@ func (c *conn) Polled(on bool) {
 		c.leave()
 	}
 }
+
+// releaseRx lets the socket goroutine back onto the socket.
+func (c *conn) releaseRx() {
+	if c.aside.Swap(false) {
+		select {
+		case c.asideWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Block implements engine.Blocker: the waiting goroutine reads the
+// peer's pokes itself, parked in the netpoller on the socket between them,
+// and consumes the rings; the socket goroutine stays aside (it is made to
+// leave its read once, when the first Block of a polled period begins).
+// A message other than a poke ends the Block: the socket goroutine
+// handles it.
+func (c *conn) Block(w *engine.Waker) bool {
+	if c.closing.Load() || c.isDying() {
+		return false
+	}
+	if !c.aside.Swap(true) {
+		c.uc.SetReadDeadline(time.Unix(1, 0)) // out of its read (rxLoop)
+	}
+	c.bw, c.other = w, false
+	c.blocked.Store(true)
+	err := c.park.Wait(c.raw, c.blockFn)
+	c.blocked.Store(false)
+	other := c.other
+	c.bw, c.other = nil, false
+	if other {
+		c.releaseRx()
+		return false
+	}
+	return err == nil || err == fdpark.ErrInterrupted
+}
+
+// blockFD is Block's callback: it takes the pokes the socket holds,
+// makes progress and reports whether the wait is over.
+func (c *conn) blockFD(fd uintptr) bool {
+	w := c.bw
+	w.Busy()
+	// The socket's messages, in order, as the socket goroutine would
+	// handle them (a mapping's reply before the acknowledgement that
+	// follows it), unless that goroutine reads it (let back meanwhile).
+	if c.sockMu.TryLock() {
+		for {
+			n, oobn, err := recvNB(int(fd), c.bbuf[:], c.boob[:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil || n == 0 {
+				c.other = true // the end of the socket: the socket goroutine's
+				break
+			}
+			if n == 1 && oobn == 0 && c.bbuf[0] == msgPoke {
+				continue // progress follows
+			}
+			var fds []int
+			if oobn > 0 {
+				fds = parseFds(c.boob[:oobn])
+			}
+			c.dispatch(c.bbuf[:n], fds)
+			if c.isDying() {
+				c.other = true
+				break
+			}
+		}
+		c.sockMu.Unlock()
+	}
+	// Ask to be poked, then look at the rings (wake's protocol): a
+	// poke claims the request, so it is made again after each.
+	if !c.askPoke() {
+		c.other = true // closing: the socket goroutine ends it
+		return true
+	}
+	// Twice: a progress that delivers leaves the acknowledgements to the
+	// next one, and no poke may come for them.
+	poke := c.progressPoke(nil)
+	if c.progressPoke(nil) || poke {
+		c.poke()
+	}
+	if c.other {
+		return true
+	}
+	return !w.Idle()
+}
+
+// askPoke asks the peer to poke when it publishes what this side waits
+// for; false once the connection is closing.
+func (c *conn) askPoke() bool {
+	if !c.enter() {
+		return false
+	}
+	atomic.StoreUint32(c.in.req.C.Sleep, 1)
+	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
+	if c.outstanding() || c.out.stalled.Load() {
+		atomic.StoreUint32(c.out.ring.C.Wait, 1)
+	}
+	if c.in.held.Load() {
+		atomic.StoreUint32(c.in.respOut.C.Wait, 1)
+	}
+	c.leave()
+	return true
+}
+
+// Interrupt implements engine.Blocker.
+func (c *conn) Interrupt() { c.park.Interrupt() }
 
 // testHookConsumed, when a test sets it, runs after a poll consumed
 // requests, before it lets go of the consumer's lock.
@@ -318,8 +472,16 @@ func (c *conn) wake() {
 // both inbound rings, complete what the peer finished, resume a stalled send
 // queue.
 func (c *conn) progress(ho *engine.Handoff) {
+	if c.progressPoke(ho) {
+		c.poke()
+	}
+}
+
+// progressPoke is progress, reporting the poke the peer needs instead of
+// sending it (for Block).
+func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	if c.closing.Load() {
-		return
+		return false
 	}
 	if ho != nil && atomic.LoadUint64(c.mine.U64(offSockMsgs)) != c.sockSeen.Load() {
 		c.kickRx()
@@ -328,7 +490,12 @@ func (c *conn) progress(ho *engine.Handoff) {
 	// An idle poll only reads: the rings' positions, and the peer's state.
 	// Consuming does not enter either: only a SEND by reference uses a
 	// mapping of the peer's (serveRef enters).
-	if (c.in.held.Load() || !c.in.req.Idle() || !c.in.resp.Idle()) && c.in.mu.TryLock() {
+	locked, busy := false, false // busy: another goroutine consumes, and may leave what this one came for
+	if c.in.held.Load() || !c.in.req.Idle() || !c.in.resp.Idle() {
+		locked = c.in.mu.TryLock()
+		busy = !locked
+	}
+	if locked {
 		poke, got = c.consume(ho)
 		if got > 0 {
 			if f := testHookConsumed.Load(); f != nil {
@@ -345,6 +512,13 @@ func (c *conn) progress(ho *engine.Handoff) {
 			c.publishAckable()
 			poke = ring.Claim(c.in.req.C.Wait) || poke
 		}
+	}
+	if busy && c.blocked.Load() {
+		// The holder may be a Block's progress that already looked (a
+		// receive posted now, by RecvPosted, for a held request; a record
+		// a socket goroutine's wake came for): it looks again rather than
+		// park on what nobody will poke it for.
+		c.park.Interrupt()
 	}
 	// After a delivery the application has a completion to take: the acks
 	// wait for the next poll. Once: a stream of deliveries, with no poll
@@ -374,9 +548,7 @@ func (c *conn) progress(ho *engine.Handoff) {
 		c.out.stalled.Store(false)
 		c.req.Resume()
 	}
-	if poke {
-		c.poke()
-	}
+	return poke
 }
 
 // Modify implements engine.Transport: the access flags and the RNR timer
