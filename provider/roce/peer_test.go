@@ -454,19 +454,7 @@ func TestPeerReadResponsesLost(t *testing.T) {
 	if req.Op != ib.ReadRequest || req.VA != va || req.DMALen != uint32(len(src)) {
 		t.Fatalf("READ request %v va %#x len %d", req.Op, req.VA, req.DMALen)
 	}
-	respond := func(first uint32, from, to int, skip int) {
-		for i := from; i < to; i++ {
-			if i == skip {
-				continue
-			}
-			op := ib.ReadResponseOpcode(i-from, to-from)
-			var ext []byte
-			if op.Info().Mask&ib.HasAETH != 0 {
-				ext = aeth(ib.SyndromeACK|ib.CreditsNone, 1)
-			}
-			p.send(op, ib.PSNAdd(first, i-from), false, ext, src[i*1024:(i+1)*1024])
-		}
-	}
+	respond := func(first uint32, from, to, skip int) { p.readResponses(src, first, from, to, skip) }
 	respond(req.PSN, 0, 16, 6)
 	start := time.Now()
 	again := p.next(time.Second, "the READ asked again")
@@ -482,6 +470,22 @@ func TestPeerReadResponsesLost(t *testing.T) {
 	}
 	if !bytes.Equal(p.x.Buf[:len(src)], src) {
 		t.Fatal("the READ's data differs from the responses'")
+	}
+}
+
+// readResponses answers a READ of src with its responses for packets
+// from to to (of 1 KiB; the first at PSN first), leaving out packet skip.
+func (p *peer) readResponses(src []byte, first uint32, from, to, skip int) {
+	for i := from; i < to; i++ {
+		if i == skip {
+			continue
+		}
+		op := ib.ReadResponseOpcode(i-from, to-from)
+		var ext []byte
+		if op.Info().Mask&ib.HasAETH != 0 {
+			ext = aeth(ib.SyndromeACK|ib.CreditsNone, 1)
+		}
+		p.send(op, ib.PSNAdd(first, i-from), false, ext, src[i*1024:(i+1)*1024])
 	}
 }
 
@@ -518,19 +522,7 @@ func TestPeerReadResponseLostTwice(t *testing.T) {
 	const va, rkey = 0x20000, 0x99
 	p.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{p.x.MR.SGE(0, len(src))}, RemoteAddr: va, RKey: rkey})
 	req := p.next(time.Second, "the READ request")
-	respond := func(first uint32, from, to int, skip int) {
-		for i := from; i < to; i++ {
-			if i == skip {
-				continue
-			}
-			op := ib.ReadResponseOpcode(i-from, to-from)
-			var ext []byte
-			if op.Info().Mask&ib.HasAETH != 0 {
-				ext = aeth(ib.SyndromeACK|ib.CreditsNone, 1)
-			}
-			p.send(op, ib.PSNAdd(first, i-from), false, ext, src[i*1024:(i+1)*1024])
-		}
-	}
+	respond := func(first uint32, from, to, skip int) { p.readResponses(src, first, from, to, skip) }
 	respond(req.PSN, 0, 16, 6)
 	for try := range 2 {
 		start := time.Now()
