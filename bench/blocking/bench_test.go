@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -91,6 +92,10 @@ func pingPong(b *testing.B, tr string, size int, spin string) {
 		size = 65507 // the largest UDP datagram
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if pre := strings.Fields(os.Getenv("GOVERBS_BLOCKING_SERVER_PREFIX")); len(pre) > 0 {
+		// The server started through a command, as "taskset -c 1".
+		cmd = exec.Command(pre[0], append(pre[1:], os.Args[0], "-test.run=^$")...)
+	}
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%s,%s", serveEnv, tr, size, spin, listenAddr(tr)))
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()
@@ -228,7 +233,18 @@ func serve(spec string) error {
 	if err != nil {
 		return err
 	}
-	go func() { io.Copy(io.Discard, os.Stdin); os.Exit(0) }()
+	exit := func() { os.Exit(0) }
+	if f := os.Getenv("GOVERBS_BLOCKING_TRACE"); f != "" {
+		// The server's execution trace, for a look at its wake-ups.
+		tf, err := os.Create(f)
+		if err != nil {
+			return err
+		}
+		trace.Start(tf)
+		exit = func() { trace.Stop(); tf.Close(); os.Exit(0) }
+		defer func() { trace.Stop(); tf.Close() }()
+	}
+	go func() { io.Copy(io.Discard, os.Stdin); exit() }()
 	if goverbs(tr) {
 		return verbsServe(addr, size, spin)
 	}

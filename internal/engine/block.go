@@ -88,9 +88,9 @@ func (p *progress) block(ctx context.Context) bool {
 	}
 	// The idle rule must not end polled mode under a waiter that has
 	// been parked for long, and its timer would cost an idle connection
-	// CPU: it rests while the goroutine blocks.
+	// CPU: it rests (its next tick does not re-arm it) while the
+	// goroutine blocks.
 	p.blocking.Store(true)
-	p.idle.Stop()
 	var stop func() bool
 	ws, _ := ctx.(wakeSetter)
 	if ws != nil {
@@ -111,7 +111,7 @@ func (p *progress) block(ctx context.Context) bool {
 	if !ok {
 		p.stop()
 	} else if p.polled.Load() {
-		p.idle.Reset(PollIdle)
+		p.armIdle()
 	}
 	return ok
 }

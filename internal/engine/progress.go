@@ -22,6 +22,7 @@ type progress struct {
 	polled   atomic.Bool
 	idleMark atomic.Bool // set by idleTick, cleared by every poll
 	idle     *time.Timer
+	idleOn   atomic.Bool // idle is pending (or its tick runs): armIdle need not
 	detached atomic.Bool
 
 	bt       Blocker      // t, when it can block a waiter in its descriptor
@@ -64,6 +65,17 @@ func (p *progress) start() {
 	}
 	if p.polled.CompareAndSwap(false, true) {
 		p.t.Polled(true)
+		p.armIdle()
+	}
+}
+
+// armIdle starts the idle rule's timer unless it is pending already.
+// Resetting a timer is not free: a timer earlier than every sleeping
+// thread's makes the runtime wake a thread (to sleep again with the new
+// deadline), which a blocking wait paid on every return when it re-armed
+// the timer each time.
+func (p *progress) armIdle() {
+	if !p.idleOn.Load() && p.idleOn.CompareAndSwap(false, true) {
 		p.idle.Reset(PollIdle)
 	}
 }
@@ -78,15 +90,21 @@ func (p *progress) stop() {
 
 // idleTick runs every PollIdle while the application polls; it re-arms
 // itself while polled mode lasts.
+// A tick during a blocking wait lets the timer rest (an idle connection
+// costs no CPU); the wait re-arms it when it returns. Each side clears its
+// flag before it looks at the other's (idleOn here, blocking there): one
+// of the two sees the other, so the timer is never left resting after a
+// wait.
 func (p *progress) idleTick() {
+	p.idleOn.Store(false)
 	if !p.polled.Load() || p.detached.Load() || p.blocking.Load() {
-		return // a blocking waiter re-arms the timer when it returns
+		return
 	}
 	if p.idleMark.Swap(true) {
 		p.stop()
 		return
 	}
-	p.idle.Reset(PollIdle)
+	p.armIdle()
 }
 
 // attach makes the QP's CQs drive t.
