@@ -67,6 +67,7 @@ type conn struct {
 	// sockSeen is the peer's count of socket messages (offSockMsgs) when
 	// a poll last looked.
 	sockSeen atomic.Uint64
+	nPokes   atomic.Uint64 // pokes sent (tests)
 
 	once  sync.Once
 	err   error
@@ -303,6 +304,7 @@ func (c *conn) teardown() {
 // poke asks the peer to look at the rings. It never blocks: a full socket
 // already holds pokes.
 func (c *conn) poke() {
+	c.nPokes.Add(1)
 	c.raw.Write(func(fd uintptr) bool {
 		unix.Send(int(fd), []byte{msgPoke}, unix.MSG_DONTWAIT)
 		return true
@@ -417,10 +419,13 @@ func (c *conn) blockFD(fd uintptr) bool {
 	if c.progressPoke(nil) || poke {
 		c.poke()
 	}
-	if c.other {
+	if c.other || !w.Idle() {
 		return true
 	}
-	return !w.Idle()
+	if c.takeAckPoke() {
+		c.poke() // this side parks: a poke its consume left goes now
+	}
+	return false
 }
 
 // askPoke asks the peer to poke when it publishes what this side waits
@@ -480,7 +485,8 @@ func (c *conn) wake() {
 // both inbound rings, complete what the peer finished, resume a stalled send
 // queue.
 func (c *conn) progress(ho *engine.Handoff) {
-	if c.progressPoke(ho) {
+	owed := c.takeAckPoke() // this call is the next one (consumer.ackPoke)
+	if c.progressPoke(ho) || owed {
 		c.poke()
 	}
 }
@@ -516,9 +522,15 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 		// idle rule, or a Wait) found the consumer busy and could not. The unlock is a
 		// full fence: either that goroutine's progress came after it, or
 		// this load sees polled cleared.
-		if got > 0 && !c.polled.Load() && c.in.ackable.Load() > atomic.LoadUint64(c.in.req.C.Head) {
-			c.publishAckable()
-			poke = ring.Claim(c.in.req.C.Wait) || poke
+		if got > 0 && !c.polled.Load() {
+			if c.in.ackable.Load() > atomic.LoadUint64(c.in.req.C.Head) {
+				c.publishAckable()
+				poke = ring.Claim(c.in.req.C.Wait) || poke
+			}
+			// And a poke it left to the application's next call, which
+			// the end of polled mode's progress may have looked for
+			// before this poll set it.
+			poke = c.takeAckPoke() || poke
 		}
 	}
 	if busy && c.blocked.Load() {

@@ -245,3 +245,6 @@ func OnAccepted(f func()) (undo func()) {
 	testHookAccepted.Store(&f)
 	return func() { testHookAccepted.Store(nil) }
 }
+
+// Pokes returns how many pokes the connection sent.
+func (x *Conn) Pokes() uint64 { return x.c.nPokes.Load() }

@@ -33,6 +33,11 @@ type consumer struct {
 	stopped atomic.Bool // our QP failed: consume nothing more
 	held    atomic.Bool // the request consumer waits (RNR, response ring full)
 	owePoke bool        // a publish asked for a poke not yet sent
+	// ackPoke is the poke a requester waiting for its acknowledgement
+	// asked for (its Wait), which a consume that handed this side's
+	// application a message left to the application's next call: a
+	// reply's poke carries it (takeAckPoke).
+	ackPoke atomic.Bool
 	// ackable is the request ring's head whose publication a poll deferred
 	// (see deferAck); Shutdown publishes it before the QP's failure.
 	ackable atomic.Uint64 // written with a release store (no handshake depends on it)
@@ -88,7 +93,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	if c.in.held.Load() {
 		c.in.held.Store(false)
 	}
-	rnr, ackNow := false, false
+	rnr, ackNow, recvd := false, false, false
 	for !c.peerFailed() { // a failed peer's requests are not executed: it flushed them
 		p, ok, err := c.in.req.Peek(&h)
 		if err != nil {
@@ -99,6 +104,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 			break
 		}
 		ackNow = ackNow || h.Flags&fAck != 0
+		recvd = recvd || h.Flags&fLast != 0 && (h.Kind == recSend || h.Kind == recSendRef || h.Kind == recImm)
 		r := c.serve(&h, p, ho)
 		if r == hold || r == holdRNR {
 			c.in.held.Store(true)
@@ -123,10 +129,21 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// (fAck: signaled, or the requester's send queue is filling), a
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
+	//
+	// The head is published at once otherwise; the poke a requester that
+	// waits for it asked for is left to this side's next call when this
+	// consume handed a message to an application in polled mode (it
+	// polls, or a wait of its blocks in the socket): a request-response
+	// application replies next, and the reply's poke then wakes the
+	// requester once for both, where it woke for the acknowledgement and
+	// again for the reply. The next poll, wait, SEND, or the end of
+	// polled mode (engine.PollIdle) sends it otherwise.
+	deferPoke := false
 	if !ackNow && c.deferAck(got, rnr) {
 		atomicx.ReleaseU64(&c.in.ackable, c.in.req.Head)
 	} else if c.in.req.Publish() {
-		poke = true
+		deferPoke = recvd && !rnr && c.polled.Load()
+		poke = poke || !deferPoke
 	}
 	// The RNR is shown to the requester, which may give up (rnr_retry).
 	if pos := atomic.LoadUint64(c.mine.U64(offRNRPos)); rnr && pos != c.in.req.Head+1 {
@@ -138,7 +155,17 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	if c.in.respOut.Publish() || c.in.owePoke {
 		poke, c.in.owePoke = true, false
 	}
+	if deferPoke && !poke {
+		c.in.ackPoke.Store(true)
+	}
 	return poke, got
+}
+
+// takeAckPoke reports whether a consume left a poke to this call (see
+// consumer.ackPoke), clearing it: the caller sends it, or a poke it sends
+// anyway carries it.
+func (c *conn) takeAckPoke() bool {
+	return c.in.ackPoke.Load() && c.in.ackPoke.Swap(false)
 }
 
 // publishAckable publishes the acknowledgement a poll deferred, from any

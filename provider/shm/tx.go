@@ -112,7 +112,8 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 	c.out.ring.Commit(len(b))
 	c.out.nRing++
 	c.out.nPosted++
-	if c.out.ring.Publish() {
+	// The poke carries one that a consume left (takeAckPoke).
+	if owed := c.takeAckPoke(); c.out.ring.Publish() || owed {
 		// The poke is a socket write, which may wait for the socket's
 		// lock: not under the QP's lock (DirectDone sends it).
 		c.out.pokeOwed.Store(true)
@@ -686,7 +687,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		n := min(maxp, total-off)
 		b := c.reserve(ring.Size(int(n)))
 		if b == nil {
-			if c.out.ring.Publish() {
+			if owed := c.takeAckPoke(); c.out.ring.Publish() || owed {
 				c.poke()
 			}
 			return c.stall()
@@ -794,7 +795,7 @@ func (c *conn) request(w *engine.WQE, kind, flags uint8, dst [][]byte) engine.Re
 // publishReq publishes the committed records (pokes the peer if it asked)
 // for a request that completes later.
 func (c *conn) publishReq() engine.Result {
-	if c.out.ring.Publish() {
+	if owed := c.takeAckPoke(); c.out.ring.Publish() || owed {
 		c.poke()
 	}
 	return engine.ResultPending
