@@ -308,7 +308,7 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 		return wc[0], err
 	}
 	if ch == nil {
-		return waitLoop(ctx, cq, ch, wc) // CQ.Wait spins and adapts
+		return waitLoop(ctx, cq, ch, wc, true) // CQ.Wait spins and adapts
 	}
 	start := time.Now()
 	r, err := spinThenWait(ctx, done, cq, ch, wc, start)
@@ -338,15 +338,21 @@ func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *v
 			}
 		}
 	}
-	return waitLoop(ctx, cq, ch, wc)
+	// The spin's last poll, or waitComp's, was the last look: another
+	// before arming would cost an empty poll (a system call on a socket
+	// transport) and could find nothing that the poll after arming does
+	// not.
+	return waitLoop(ctx, cq, ch, wc, false)
 }
 
-// waitLoop sleeps until a completion of cq is there and takes it.
-func waitLoop(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC) (verbs.WC, error) {
-	for {
-		n, err := cq.Poll(wc[:])
-		if err != nil || n == 1 {
-			return wc[0], err
+// waitLoop sleeps until a completion of cq is there and takes it; look
+// false skips the first poll before arming (the caller just polled).
+func waitLoop(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, look bool) (verbs.WC, error) {
+	for ; ; look = true {
+		if look {
+			if n, err := cq.Poll(wc[:]); err != nil || n == 1 {
+				return wc[0], err
+			}
 		}
 		if ch == nil {
 			if err := cq.Wait(ctx); err != nil {
