@@ -2,6 +2,7 @@ package shm_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,43 @@ func TestAckPokeWithoutReply(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the SEND never completed after its responder stopped calling")
 	}
+}
+
+// A wait that blocks in the socket (Block) while the socket goroutine
+// still holds the socket (it is leaving its read for the Block) cannot
+// read the socket itself; a message that arrives meanwhile and that only
+// the socket carries (here the answer to a mapping request, which a
+// WRITE larger than the direct limit waits for) must not be left there
+// with both goroutines waiting: the socket goroutine, stepping aside,
+// has the Block look again.
+func TestBlockWhileSocketHeld(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, _, _ := pairOn(t, true, 256<<10)
+	a.SendCQ.SetWaitSpin(0)
+	// The socket goroutine reads the socket: a SEND's poke has it
+	// receive for a, which does not poll yet.
+	a.MustPostRecv(t, a.Recv(5, 0, 64))
+	b.MustPostSend(t, b.Send(6, 0, 8))
+	conformance.ExpectWC(t, conformance.Poll1(t, a.RecvCQ), 5, verbs.WCSuccess, verbs.WCRecv)
+	time.Sleep(10 * time.Millisecond) // and is back in its read
+	var once sync.Once
+	held := make(chan struct{})
+	defer shm.OnRxDeadline(func() {
+		once.Do(func() {
+			// The Block has begun (its deadline took this goroutine out
+			// of its read). The WRITE is posted, asks for the mapping,
+			// and its answer arrives while this goroutine holds the
+			// socket; the Block parks meanwhile.
+			close(held)
+			time.Sleep(300 * time.Millisecond)
+		})
+	})()
+	go func() {
+		<-held
+		time.Sleep(50 * time.Millisecond)
+		// Larger than the direct limit: it waits for the mapping.
+		a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 128<<10), b.MR.RemoteAddr(0), b.MR.RKey()))
+	}()
+	wc := waitOne(t, a.SendCQ)
+	conformance.ExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 }

@@ -176,6 +176,13 @@ func (c *conn) rxLoop() {
 	defer close(c.done)
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*4))
 	for {
+		if c.aside.Load() {
+			// A Block that began while this goroutine held sockMu (in its
+			// read, or handling a message) could not read the socket, and
+			// may be parked on a readiness that this goroutine's read
+			// took, with messages left in the socket: it looks again.
+			c.park.Interrupt()
+		}
 		for c.aside.Load() && !c.isDying() {
 			select { // a waiter reads the socket (Block)
 			case <-c.asideWake:
@@ -188,6 +195,9 @@ func (c *conn) rxLoop() {
 			// kickRx: a poll saw a message coming and had this goroutine
 			// scheduled; it reads on. Or a Block made it step aside.
 			c.uc.SetReadDeadline(time.Time{})
+			if h := testHookRxDeadline.Load(); h != nil {
+				(*h)()
+			}
 			c.sockMu.Unlock()
 			continue
 		}
@@ -446,16 +456,15 @@ func (c *conn) askPoke() bool {
 	return true
 }
 
-// blockInSocket turns Block on. It is off: with it, two processes
-// streaming through rsocket (one blocked in Write for credits, the other
-// in Read for data) were once both found parked on their sockets with no
-// poke on the way (a lost wake-up in the poke handshake, not found yet);
-// without it a blocking wait sleeps as before, woken by the socket
-// goroutine.
-const blockInSocket = false
+// blockInSocket turns Block on (a switch for measuring without it).
+const blockInSocket = true
 
 // Interrupt implements engine.Blocker.
 func (c *conn) Interrupt() { c.park.Interrupt() }
+
+// testHookRxDeadline, when a test sets it, runs in the socket goroutine
+// when its read ended at a deadline, with sockMu held.
+var testHookRxDeadline atomic.Pointer[func()]
 
 // testHookConsumed, when a test sets it, runs after a poll consumed
 // requests, before it lets go of the consumer's lock.

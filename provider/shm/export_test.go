@@ -248,3 +248,11 @@ func OnAccepted(f func()) (undo func()) {
 
 // Pokes returns how many pokes the connection sent.
 func (x *Conn) Pokes() uint64 { return x.c.nPokes.Load() }
+
+// OnRxDeadline runs f in the socket goroutine when its read ends at a
+// deadline (a Block made it step aside, or a poll kicked it), with the
+// socket's lock held, until undo.
+func OnRxDeadline(f func()) (undo func()) {
+	testHookRxDeadline.Store(&f)
+	return func() { testHookRxDeadline.Store(nil) }
+}
