@@ -409,8 +409,16 @@ func (d *device) blockFD(fd uintptr) bool {
 		}
 	}
 	d.rx.Unlock()
-	d.flushACKs() // the peer may wait for them: now, not at the next poll
-	return !w.Idle()
+	if !w.Idle() {
+		// The wait is over: the ACKs due go with the application's next
+		// post or poll, its reply's packets first, so that a requester
+		// blocked until its SEND completes wakes once for both (the ACK
+		// alone woke it before the reply did). The engine's poll idle
+		// time bounds the delay, as for a polling application's.
+		return true
+	}
+	d.flushACKs() // parking: the peer may wait for them
+	return false
 }
 
 // pollReads bounds the socket reads of one application poll: a read is

@@ -550,3 +550,51 @@ func TestPeerReadResponseLostTwice(t *testing.T) {
 		t.Fatalf("a third READ asked again (PSN %#x)", k.PSN)
 	}
 }
+
+// A SEND whose receiver's application blocks in CQ.Wait (the waiting
+// goroutine reads the device's socket itself): its ACK goes after the
+// reply the application posts on the completion, not before it, so that
+// a requester blocked until its SEND completes is woken once for both.
+// (The engine's poll idle time sends it anyway when no post follows: an
+// ACK first in a few rounds out of twenty is a loaded machine's delay.)
+func TestPeerACKAfterReply(t *testing.T) {
+	p := newPeer(t, 0x100, 0x500, 18)
+	p.x.RecvCQ.SetWaitSpin(0)
+	ackFirst := 0
+	for i := range uint32(20) {
+		p.x.MustPostRecv(t, p.x.Recv(uint64(i), 0, 64))
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			got <- p.x.RecvCQ.Wait(ctx)
+		}()
+		time.Sleep(2 * time.Millisecond) // the wait blocks in the socket
+		p.send(ib.SendOnly, 0x500+i, true, nil, []byte("ping----"))
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		conformance.ExpectWC(t, conformance.Poll1(t, p.x.RecvCQ), uint64(i), verbs.WCSuccess, verbs.WCRecv)
+		p.post(verbs.SendWR{WRID: uint64(100 + i), Opcode: verbs.WRSend, SGList: []verbs.SGE{p.x.MR.SGE(0, 8)}})
+		first := p.recv(time.Second)
+		if first == nil {
+			t.Fatalf("round %d: neither the ACK nor the reply came", i)
+		}
+		if first.Op == ib.Acknowledge {
+			if first.PSN != 0x500+i {
+				t.Fatalf("round %d: ACK of PSN %#x, want %#x", i, first.PSN, 0x500+i)
+			}
+			ackFirst++
+			p.next(time.Second, "the reply")
+		} else {
+			p.expect(time.Second, ib.SyndromeACK, 0x500+i, "the ACK of the request")
+		}
+		p.send(ib.Acknowledge, 0x100+i, false, aeth(ib.SyndromeACK|ib.CreditsNone, i+1), nil)
+		if st := p.completions(1, time.Second); st[0] != verbs.WCSuccess {
+			t.Fatalf("round %d: reply completed with %v", i, st[0])
+		}
+	}
+	if ackFirst > 5 {
+		t.Fatalf("the ACK came before the reply in %d of 20 rounds", ackFirst)
+	}
+}
