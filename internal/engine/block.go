@@ -91,20 +91,16 @@ func (p *progress) block(ctx context.Context) bool {
 	// CPU: it rests (its next tick does not re-arm it) while the
 	// goroutine blocks.
 	p.blocking.Store(true)
-	var stop func() bool
 	ws, _ := ctx.(wakeSetter)
 	if ws != nil {
 		ws.SetWake(p.intFn)
-	} else if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, p.interrupt)
+	} else if d := ctx.Done(); d != nil {
+		p.afterDone(ctx, d)
 	}
 	ok := p.bt.Block(&p.w)
 	p.parked.Store(false)
 	if ws != nil {
 		ws.SetWake(nil)
-	}
-	if stop != nil {
-		stop()
 	}
 	p.blocking.Store(false)
 	p.idleMark.Store(false)
@@ -114,6 +110,33 @@ func (p *progress) block(ctx context.Context) bool {
 		p.armIdle()
 	}
 	return ok
+}
+
+// afterDone has the end of ctx (whose Done is d) interrupt a Block of p.
+// The registration is kept for the waits that follow with the same
+// context (a server's loop waits with one context again and again):
+// context.AfterFunc allocates, twice per wait. It interrupts nothing
+// between waits (interrupt looks at parked), and detach drops it.
+func (p *progress) afterDone(ctx context.Context, d <-chan struct{}) {
+	p.afMu.Lock()
+	defer p.afMu.Unlock()
+	if p.afDone == d || p.detached.Load() {
+		return
+	}
+	if p.afStop != nil {
+		p.afStop()
+	}
+	p.afDone, p.afStop = d, context.AfterFunc(ctx, p.interrupt)
+}
+
+// dropAfterDone undoes afterDone's registration.
+func (p *progress) dropAfterDone() {
+	p.afMu.Lock()
+	if p.afStop != nil {
+		p.afStop()
+	}
+	p.afDone, p.afStop = nil, nil
+	p.afMu.Unlock()
 }
 
 // wakeSetter is a context of the caller's own type that calls the

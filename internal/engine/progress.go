@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,9 @@ type progress struct {
 	blocking atomic.Bool  // the idle rule leaves polled mode alone
 	w        Waker        // the owner's
 	intFn    func()       // interrupt, as a value made once
+	afMu     sync.Mutex   // afterDone's registration:
+	afDone   <-chan struct{}
+	afStop   func() bool
 }
 
 func newProgress(q *QP, t Progressor) *progress {
@@ -121,6 +125,7 @@ func (p *progress) detach() {
 	p.detached.Store(true)
 	p.idle.Stop()
 	p.interrupt()
+	p.dropAfterDone()
 	p.q.scq.removePoller(p)
 	p.q.rcq.removePoller(p)
 }

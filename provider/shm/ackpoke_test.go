@@ -139,3 +139,52 @@ func TestBlockWhileSocketHeld(t *testing.T) {
 	wc := waitOne(t, a.SendCQ)
 	conformance.ExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRDMAWrite)
 }
+
+// A wait that blocks in the socket, with a context that has a deadline
+// (the usual server loop: one context for every wait), allocates
+// nothing.
+func TestBlockingWaitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	a, b, _, _ := pairOn(t, true, 4096)
+	a.RecvCQ.SetWaitSpin(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kick, sent := make(chan struct{}), make(chan struct{})
+	defer close(kick)
+	go func() { // the peer: a SEND a moment after it is asked, so that the wait sleeps
+		swc := make([]verbs.WC, 1)
+		w := []verbs.SendWR{b.Send(2, 0, 8)}
+		for range kick {
+			time.Sleep(200 * time.Microsecond)
+			if err := b.QP.PostSend(w); err != nil {
+				panic(err)
+			}
+			for n, _ := b.SendCQ.Poll(swc); n == 0; n, _ = b.SendCQ.Poll(swc) {
+			}
+			sent <- struct{}{}
+		}
+	}()
+	r := []verbs.RecvWR{a.Recv(1, 0, 64)}
+	wc := make([]verbs.WC, 1)
+	round := func() {
+		if err := a.QP.PostRecv(r); err != nil {
+			t.Fatal(err)
+		}
+		kick <- struct{}{}
+		for {
+			if n, _ := a.RecvCQ.Poll(wc); n == 1 {
+				break
+			}
+			if err := a.RecvCQ.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-sent
+	}
+	round()
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%.1f allocations per blocking wait, want 0", n)
+	}
+}
