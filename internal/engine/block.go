@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/goverbs/goverbs/internal/atomicx"
+)
 
 // Blocker is a Progressor whose input arrives on a descriptor that a
 // waiting goroutine can park on in Go's netpoller: the engine lends it the
@@ -91,6 +95,12 @@ func (p *progress) block(ctx context.Context) bool {
 	// CPU: it rests (its next tick does not re-arm it) while the
 	// goroutine blocks.
 	p.blocking.Store(true)
+	// Poll's yield is for busy-polling loops: the empty polls of a waiter
+	// that sleeps (the arm-and-poll idiom's) start no count towards one,
+	// whose wake-up of another thread a sleeping round trip paid once in
+	// every forty or so.
+	atomicx.ReleaseU64(&p.q.scq.emptyPolls, 0)
+	atomicx.ReleaseU64(&p.q.rcq.emptyPolls, 0)
 	ws, _ := ctx.(wakeSetter)
 	if ws != nil {
 		ws.SetWake(p.intFn)
