@@ -411,10 +411,10 @@ func (d *device) blockFD(fd uintptr) bool {
 	d.rx.Unlock()
 	if !w.Idle() {
 		// The wait is over: the ACKs due go with the application's next
-		// post or poll, its reply's packets first, so that a requester
-		// blocked until its SEND completes wakes once for both (the ACK
-		// alone woke it before the reply did). The engine's poll idle
-		// time bounds the delay, as for a polling application's.
+		// post (back to back with its reply's packets) or poll, so that
+		// a requester blocked until its SEND completes wakes once for
+		// both (the ACK alone woke it before the reply did). The engine's
+		// poll idle time bounds the delay, as for a polling application's.
 		return true
 	}
 	d.flushACKs() // parking: the peer may wait for them
