@@ -309,11 +309,27 @@ func TestDeferredAck(t *testing.T) {
 			a, b, _, cb := pairOn(t, true, 4096)
 			b.MustPostRecv(t, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
 			// Both busy-poll (polled mode: the sender asks for no prompt
-			// acknowledgement); the receiver until the message is in.
+			// acknowledgement); the receiver until the message is in. The
+			// sender polls all along: on a loaded machine a gap past
+			// engine.PollIdle would end its polled mode, and then it asks.
 			a.SendCQ.Poll(make([]verbs.WC, 1))
 			b.RecvCQ.Poll(make([]verbs.WC, 1))
+			stop, stopped := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(stopped)
+				for wc := make([]verbs.WC, 1); ; a.SendCQ.Poll(wc) {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+			}()
 			unsignaledSend(t, a, b)
-			if !cb.Unacked() {
+			unacked := cb.Unacked()
+			close(stop)
+			<-stopped
+			if !unacked {
 				t.Fatal("the unsignaled SEND was acknowledged in the poll that received it")
 			}
 			if fail {
