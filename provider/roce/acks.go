@@ -12,10 +12,17 @@ import (
 // application next posts or polls on the device, or when the device's
 // goroutine has read what the socket holds, and one ACK stands for every
 // earlier PSN. So a receive completion reaches a polling application one
-// system call sooner, its reply goes out before the ACK, and a burst gets
-// one ACK. The delay is bounded by the application's gap between two
-// polls, and past the engine's poll idle time (a few ms) by the device's
-// goroutine: well within any ACK timeout but the shortest.
+// system call sooner, and a burst gets one ACK. The delay is bounded by
+// the application's gap between two polls, and past the engine's poll
+// idle time (a few ms) by the device's goroutine: well within any ACK
+// timeout but the shortest.
+//
+// A post sends the deferred ACKs before its own packets, never after: an
+// HCA acknowledges a request when it executes it, before the application
+// sees its completion, so whatever the application sends in answer
+// follows the ACK on the wire, and peers count on it (perftest's send_lat
+// with -e waits for one completion event, then polls its send CQ once:
+// a reply that overtakes the ACK of the SEND it answers stalls it).
 
 // ackRec is a deferred ACK: what it says and where it goes.
 type ackRec struct {

@@ -173,6 +173,10 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 		q.mu.Unlock()
 		return engine.ResultStall // (the engine bounds the queue: not reached)
 	}
+	// The ACKs the application's polls deferred go before its request: it
+	// may answer what they acknowledge, and a peer may count on seeing
+	// the ACK of a SEND before the reply to it (acks.go).
+	q.d.flushACKs()
 	e := s.at(s.n)
 	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}
 	st := verbs.WCSuccess
@@ -247,7 +251,7 @@ func (s *sendState) shrink() {
 func (s *sendState) transmit() {
 	s.fill()
 	s.bat.flush(s.q.d)
-	s.q.d.flushACKs() // the ACKs the application's polls deferred, after its post
+	s.q.d.flushACKs() // those deferred meanwhile (the post's went first: send)
 }
 
 // fill builds what the window allows into the batch (which sends it as it
