@@ -8,6 +8,7 @@
 #   TESTS="send_bw read_lat" SIZES=4096 interop/perftest.sh
 #   QPS=2 TESTS="send_bw write_bw read_bw" interop/perftest.sh   bandwidth over 2 QPs (-q)
 #   PORT=7580 interop/perftest.sh   another rdma_cm port
+#   CASE_TIMEOUT=300 interop/perftest.sh   seconds each end of a case may take (120)
 #
 # goverbs runs on the host inside the lab's network namespace (10.77.0.1),
 # perftest in the guest (10.77.0.2, device siw0). Each case runs in both
@@ -17,6 +18,9 @@
 # the time taken; the exit status is non-zero if any case failed.
 # The lab is shared: this script leaves it running (it starts it if it is
 # not), and ends only the perftest process it started, by its id.
+# Known failures (2026-11-28): none. send_lat at 64 KiB once failed here by
+# timing out at 60 s while the messages still flowed (the guest is
+# emulated, the host was busy): each end now has CASE_TIMEOUT, 120 s.
 # atomic_lat is not in the matrix: siw has no atomics (atomic_cap 0).
 # ib_atomic_lat -R fails even between two perftest instances on siw0 (the
 # client's first post fails, "Couldn't post send: scnt=1": libsiw refuses
@@ -31,6 +35,7 @@ TESTS=${TESTS:-"send_bw write_bw read_bw send_lat write_lat read_lat"}
 SIZES=${SIZES:-"8 65536"}
 QPS=${QPS:-1}
 PORT=${PORT:-18515}
+CT=${CASE_TIMEOUT:-120} # s, each end of a case: 1000 round trips of 64 KiB took 35-60 s in the emulated guest of a busy host
 export PATH="/usr/local/go/bin:$PATH"
 mkdir -p "$BIN"
 go build -o "$BIN/goverbs" ./cmd/goverbs || exit 1
@@ -57,9 +62,9 @@ for S in $SIZES; do
 		N="$(iters "$T") $(qflag "$T")"
 		N=${N% }
 		# goverbs client -> perftest server (siw)
-		"$LAB" exec "rm -f $G.log; (timeout 60 ib_$T -R -d siw0 -p $PORT -s $S -n $N > $G.log 2>&1; echo rc=\$? >> $G.log) & echo \$! > $G.pid" >/dev/null
+		"$LAB" exec "rm -f $G.log; (timeout $CT ib_$T -R -d siw0 -p $PORT -s $S -n $N > $G.log 2>&1; echo rc=\$? >> $G.log) & echo \$! > $G.pid" >/dev/null
 		"$LAB" exec "for i in \$(seq 100); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
-		"$LAB" host "timeout 60 $BIN/goverbs perf $T -R -p $PORT -s $S -n $N 10.77.0.2" >"$BIN/host.log" 2>&1
+		"$LAB" host "timeout $CT $BIN/goverbs perf $T -R -p $PORT -s $S -n $N 10.77.0.2" >"$BIN/host.log" 2>&1
 		rc=$?
 		grep -Eq "^ +$S +[0-9]+ " "$BIN/host.log" || rc=1
 		"$LAB" exec "for i in \$(seq 100); do grep -q '^rc=' $G.log 2>/dev/null && break; sleep 0.1; done; cat $G.log" | grep -q '^rc=0' || rc=1
@@ -68,9 +73,9 @@ for S in $SIZES; do
 
 		# perftest client (siw) -> goverbs server
 		rm -f "$BIN/srv.log"
-		"$LAB" host "(timeout 60 $BIN/goverbs perf $T -R --server -p $PORT -s $S -n $N > $BIN/srv.log 2>&1; echo rc=\$? >> $BIN/srv.log) &" >/dev/null
+		"$LAB" host "(timeout $CT $BIN/goverbs perf $T -R --server -p $PORT -s $S -n $N > $BIN/srv.log 2>&1; echo rc=\$? >> $BIN/srv.log) &" >/dev/null
 		"$LAB" host "for i in \$(seq 100); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.05; done; exit 1" >/dev/null
-		"$LAB" exec "rm -f $G.log; timeout 60 ib_$T -R -d siw0 -p $PORT -s $S -n $N 10.77.0.1 > $G.log 2>&1; echo rc=\$? >> $G.log; cat $G.log" >"$BIN/host.log" 2>&1
+		TIMEOUT=$((CT + 30)) "$LAB" exec "rm -f $G.log; timeout $CT ib_$T -R -d siw0 -p $PORT -s $S -n $N 10.77.0.1 > $G.log 2>&1; echo rc=\$? >> $G.log; cat $G.log" >"$BIN/host.log" 2>&1
 		rc=0
 		grep -q '^rc=0' "$BIN/host.log" || rc=1
 		grep -Eq "^ +$S +[0-9]+ " "$BIN/host.log" || rc=1
