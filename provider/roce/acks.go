@@ -17,12 +17,16 @@ import (
 // idle time (a few ms) by the device's goroutine: well within any ACK
 // timeout but the shortest.
 //
-// A post sends the deferred ACKs before its own packets, never after: an
-// HCA acknowledges a request when it executes it, before the application
-// sees its completion, so whatever the application sends in answer
-// follows the ACK on the wire, and peers count on it (perftest's send_lat
-// with -e waits for one completion event, then polls its send CQ once:
-// a reply that overtakes the ACK of the SEND it answers stalls it).
+// But a post of a request that makes a receive completion at the peer (a
+// SEND, a WRITE with immediate data) sends the deferred ACKs before its
+// own packets: an HCA acknowledges a request when it executes it, before
+// the application sees its completion, so a reply follows the ACK of what
+// it answers, and the peer's send completion comes before its receive
+// completion of the reply. Peers count on that order: perftest's send_lat
+// with -e waits for one completion event, then polls the CQ it expects
+// once, and a reply that overtakes the ACK stalls it. Other requests
+// (WRITE, READ, atomics) make no completion at the peer that the ACK could
+// come after: they keep the ACK's deferral past them.
 
 // ackRec is a deferred ACK: what it says and where it goes.
 type ackRec struct {

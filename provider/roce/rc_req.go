@@ -158,6 +158,16 @@ func kindOf(op verbs.WROpcode) int {
 	return kSend
 }
 
+// completesAtPeer reports whether a request of op makes a receive
+// completion at the peer: a SEND or a WRITE with immediate data.
+func completesAtPeer(op verbs.WROpcode) bool {
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv, verbs.WRRDMAWriteWithImm:
+		return true
+	}
+	return false
+}
+
 // send is Send for an RC QP: the request joins the queue and goes out as
 // far as the window allows; it completes when acknowledged (Pending). When
 // another request follows (w.More), its packets stay in the batch for the
@@ -173,10 +183,9 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 		q.mu.Unlock()
 		return engine.ResultStall // (the engine bounds the queue: not reached)
 	}
-	// The ACKs the application's polls deferred go before its request: it
-	// may answer what they acknowledge, and a peer may count on seeing
-	// the ACK of a SEND before the reply to it (acks.go).
-	q.d.flushACKs()
+	if completesAtPeer(w.WR.Opcode) {
+		q.d.flushACKs() // before the request: it may be the reply (acks.go)
+	}
 	e := s.at(s.n)
 	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}
 	st := verbs.WCSuccess
@@ -251,7 +260,7 @@ func (s *sendState) shrink() {
 func (s *sendState) transmit() {
 	s.fill()
 	s.bat.flush(s.q.d)
-	s.q.d.flushACKs() // those deferred meanwhile (the post's went first: send)
+	s.q.d.flushACKs() // the ACKs the application's polls deferred, after its post
 }
 
 // fill builds what the window allows into the batch (which sends it as it
