@@ -12,10 +12,21 @@ import (
 // application next posts or polls on the device, or when the device's
 // goroutine has read what the socket holds, and one ACK stands for every
 // earlier PSN. So a receive completion reaches a polling application one
-// system call sooner, its reply goes out before the ACK, and a burst gets
-// one ACK. The delay is bounded by the application's gap between two
-// polls, and past the engine's poll idle time (a few ms) by the device's
-// goroutine: well within any ACK timeout but the shortest.
+// system call sooner, and a burst gets one ACK. The delay is bounded by
+// the application's gap between two polls, and past the engine's poll
+// idle time (a few ms) by the device's goroutine: well within any ACK
+// timeout but the shortest.
+//
+// But a post of a request that makes a receive completion at the peer (a
+// SEND, a WRITE with immediate data) sends the deferred ACKs before its
+// own packets: an HCA acknowledges a request when it executes it, before
+// the application sees its completion, so a reply follows the ACK of what
+// it answers, and the peer's send completion comes before its receive
+// completion of the reply. Peers count on that order: perftest's send_lat
+// with -e waits for one completion event, then polls the CQ it expects
+// once, and a reply that overtakes the ACK stalls it. Other requests
+// (WRITE, READ, atomics) make no completion at the peer that the ACK could
+// come after: they keep the ACK's deferral past them.
 
 // ackRec is a deferred ACK: what it says and where it goes.
 type ackRec struct {

@@ -605,3 +605,105 @@ func TestPeerACKWithReply(t *testing.T) {
 		t.Fatalf("the ACK left before the application's reply in %d of 20 rounds", early)
 	}
 }
+
+// A responder acknowledges a SEND before a reply that makes a receive
+// completion at the requester (a SEND, a WRITE with immediate data) leaves:
+// an HCA (and rxe) sends the ACK when it executes the request, before the
+// receive completion is seen, so a reply caused by that completion follows
+// the ACK on the wire, and the requester's send completion comes before
+// its receive completion of the reply. Requesters count on it: perftest's
+// send_lat in event mode waits for one event and then polls the CQ it
+// expects once, and loses step for ever if the reply's receive completion
+// comes first. Here the application answers each SEND as a ping-pong does,
+// polling or waiting for the receive completion, and the peer must see the
+// ACK of its SEND before the reply.
+func TestPeerACKPrecedesReply(t *testing.T) {
+	waits := []struct {
+		name string
+		wait func(x *conformance.Side, wc []verbs.WC) int
+	}{
+		{"polling", func(x *conformance.Side, wc []verbs.WC) int {
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+				if n, _ := x.RecvCQ.Poll(wc); n > 0 {
+					return n
+				}
+			}
+			return 0
+		}},
+		{"waiting", func(x *conformance.Side, wc []verbs.WC) int {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if x.RecvCQ.Wait(ctx) != nil {
+				return 0
+			}
+			n, _ := x.RecvCQ.Poll(wc)
+			return n
+		}},
+	}
+	replies := []struct {
+		wr verbs.SendWR
+		op ib.Opcode
+	}{
+		{verbs.SendWR{Opcode: verbs.WRSend}, ib.SendOnly},
+		{verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, ImmData: 7, RemoteAddr: 0x10000, RKey: 0x1234}, ib.WriteOnlyImm},
+	}
+	for _, m := range waits {
+		for _, rp := range replies {
+			t.Run(m.name+"/"+rp.op.String(), func(t *testing.T) {
+				p := newPeer(t, 0x100, 0xFFFFF0, 18)
+				const rounds = 20
+				errc := make(chan error, 1)
+				posted := make(chan struct{}, rounds)
+				go func() { // the goverbs application: receive, then reply
+					wc := make([]verbs.WC, 1)
+					for i := range rounds {
+						if err := p.x.QP.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{p.x.MR.SGE(64<<10, 64)}}}); err != nil {
+							errc <- err
+							return
+						}
+						posted <- struct{}{}
+						if m.wait(p.x, wc) != 1 || wc[0].Status != verbs.WCSuccess {
+							errc <- errors.New("no receive completion")
+							return
+						}
+						wr := rp.wr
+						wr.WRID, wr.SGList = uint64(i), []verbs.SGE{p.x.MR.SGE(0, 8)}
+						if err := p.x.QP.PostSend([]verbs.SendWR{wr}); err != nil {
+							errc <- err
+							return
+						}
+					}
+					errc <- nil
+				}()
+				spsn := uint32(0x100)
+				for i := range rounds {
+					select { // the application's receive is posted (no RNR NAK)
+					case <-posted:
+					case err := <-errc:
+						t.Fatalf("round %d: %v", i, err)
+					}
+					time.Sleep(time.Millisecond) // and it polls or waits
+					psn := p.rpsn
+					p.send(ib.SendOnly, psn, true, nil, []byte("ping"))
+					p.rpsn = ib.PSNAdd(psn, 1)
+					k := p.recv(2 * time.Second)
+					if k == nil {
+						t.Fatalf("round %d: nothing from goverbs", i)
+					}
+					if k.Op != ib.Acknowledge || k.PSN != psn {
+						t.Fatalf("round %d: goverbs sent %v PSN %#x first, not the ACK of the SEND (PSN %#x) it answers", i, k.Op, k.PSN, psn)
+					}
+					r := p.next(2*time.Second, "the reply")
+					if r.Op != rp.op || r.PSN != spsn {
+						t.Fatalf("round %d: reply %v PSN %#x, want %v PSN %#x", i, r.Op, r.PSN, rp.op, spsn)
+					}
+					p.send(ib.Acknowledge, spsn, false, aeth(ib.SyndromeACK|ib.CreditsNone, uint32(i+1)), nil)
+					spsn = ib.PSNAdd(spsn, 1)
+				}
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}

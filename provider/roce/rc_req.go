@@ -158,6 +158,16 @@ func kindOf(op verbs.WROpcode) int {
 	return kSend
 }
 
+// completesAtPeer reports whether a request of op makes a receive
+// completion at the peer: a SEND or a WRITE with immediate data.
+func completesAtPeer(op verbs.WROpcode) bool {
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv, verbs.WRRDMAWriteWithImm:
+		return true
+	}
+	return false
+}
+
 // send is Send for an RC QP: the request joins the queue and goes out as
 // far as the window allows; it completes when acknowledged (Pending). When
 // another request follows (w.More), its packets stay in the batch for the
@@ -172,6 +182,9 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 	if s.n == len(s.ring) {
 		q.mu.Unlock()
 		return engine.ResultStall // (the engine bounds the queue: not reached)
+	}
+	if completesAtPeer(w.WR.Opcode) {
+		q.d.flushACKs() // before the request: it may be the reply (acks.go)
 	}
 	e := s.at(s.n)
 	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}
