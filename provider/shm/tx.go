@@ -107,7 +107,11 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 	flags |= fFirst | fLast | c.ackFlag(w)
 	c.out.cur = txState{seq: w.Seq(), start: start}
 	ring.PutHdr(b, uint32(len(b)), recSend, flags, n, imm, 0, 0, n)
-	engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], payload, 0)
+	if len(payload) == 1 {
+		engine.Copy(b[ring.HdrLen:ring.HdrLen+n], payload[0]) // in line: CopyFrom's loop was 70 instructions of 8 bytes
+	} else {
+		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], payload, 0)
+	}
 	c.expectAck(w, len(b))
 	c.out.ring.Commit(len(b))
 	c.out.nRing++
