@@ -32,7 +32,8 @@ type QP struct {
 	batch  Batcher      // t, when it gathers queued requests into one write
 	cm     bool         // connected by a connection manager, not by Modify
 	prog   atomic.Pointer[progress]
-	dsrc   [][]byte // postDirect's payload pieces
+	dsrc   [][]byte  // postDirect's payload pieces
+	one    [1][]byte // postSendOne's payload, for the call's time
 	// dsrcUsed is how much of dsrc holds references (clearDsrc).
 	dsrcUsed int
 	// The regions the SGEs of postDirect and fillWQE (under mu) and of

@@ -32,6 +32,12 @@ type qpLock struct {
 	// atomicx.Release64).
 	poster uint64
 	held   uint64
+	// gate is the opcodes (as 1<<op) that postOne may take without
+	// looking again at the QP's state, queue and send region (openGate):
+	// every change of those is made under the lock, and Lock clears it.
+	// It is read and written only by holders of the lock and the
+	// poster's section.
+	gate uint32
 }
 
 // Lock locks the QP; on a thread domain's QP it also waits for the
@@ -44,6 +50,7 @@ func (l *qpLock) Lock() {
 			runtime.Gosched()
 		}
 	}
+	l.gate = 0
 }
 
 // Unlock unlocks the QP. The release store lets a poster in; what was

@@ -60,19 +60,33 @@ var opClass = [16]uint16{
 // after the other under one hold of the lock (postDirect), until one
 // cannot; that one and the rest are queued and sent by progress.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
-	// A thread domain's poster tries postOne without the lock (qpLock),
-	// for a request it may take.
-	if q.mu.td && len(wrs) == 1 && q.oneOps&(1<<(wrs[0].Opcode&31)) != 0 {
-		ok := q.mu.enter() && q.postOne(&wrs[0])
-		q.mu.leave()
-		if ok {
+	if len(wrs) == 1 && q.oneOps&(1<<(wrs[0].Opcode&31)) != 0 {
+		if q.mu.td {
+			// A thread domain's poster tries postOne without the lock
+			// (qpLock), then, if it was held, with it.
+			ok := q.mu.enter() && q.postOne(&wrs[0])
+			q.mu.leave()
+			if ok {
+				return nil
+			}
+			q.mu.Lock()
+		} else {
+			// The mutex alone, not Lock: postOne changes none of the
+			// gate's conditions, so the gate stays open for the next post.
+			q.mu.mu.Lock()
+		}
+		if q.postOne(&wrs[0]) {
+			q.mu.Unlock()
 			return nil
 		}
-	}
-	q.mu.Lock()
-	if len(wrs) == 1 && q.postOne(&wrs[0]) {
-		q.mu.Unlock()
-		return nil
+		q.mu.gate = 0 // what follows may change the gate's conditions
+	} else {
+		q.mu.Lock()
+		if len(wrs) == 1 && (wrs[0].Opcode == verbs.WRSend || wrs[0].Opcode == verbs.WRSendWithImm) && q.postSendOne(&wrs[0]) {
+			q.mu.Unlock()
+			q.direct.DirectDone()
+			return nil
+		}
 	}
 	i, out, sent := 0, false, false
 	var perr error
@@ -334,32 +348,31 @@ func resetWQE(w *WQE, wr *verbs.SendWR, n uint64) {
 // that the request pays for none of the list's bookkeeping; q.mu is held,
 // or a thread domain's poster is inside its section (qpLock.enter).
 //
-// It makes check's checks itself, those that cannot fail for such a
-// request answered once at the QP's creation (oneOps): check's call, its
-// switch and its error results were a seventh of the instructions of an
-// 8-byte WRITE. In RTS the QP is not destroyed (Destroy resets it first),
-// and an idle queue has room.
+// What does not change from one post to the next (the QP's state, an
+// idle queue, the peer's opcodes, the send region's protection domain
+// and rights) is looked at once and remembered in the lock's gate
+// (openGate) until the lock is next taken: the request's own fields,
+// the hooks and the region's validity and bounds are all a post checks.
+// The ~25 conditions of check's that cannot fail for such a request,
+// each made on every post, were a third of the instructions of an 8-byte
+// WRITE's post.
 func (q *QP) postOne(wr *verbs.SendWR) bool {
 	op := wr.Opcode & 31
-	if q.oneOps&(1<<op) == 0 || q.direct == nil || len(wr.SGList) != 1 || wr.Flags&(verbs.SendInline|verbs.SendFence) != 0 ||
-		q.state != verbs.QPSRTS || q.txActive || q.sq.next != q.sq.tail || q.sq.head != q.sq.tail || q.stalled.Load() ||
-		q.deny.Load()&(1<<op) != 0 || faultHook.Get() != nil || captureHook.Get() != nil {
+	if q.mu.gate&(1<<op) == 0 && !q.openGate(op) {
 		return false
 	}
-	// oneSided's work, in line (its call and its flags were a twentieth
-	// of the request's instructions).
-	s := &wr.SGList[0]
-	need := verbs.AccessFlags(0)
-	if op == verbs.WRRDMARead {
-		need = verbs.AccessLocalWrite
-	}
-	mr, n := q.sendMR, uint64(s.Length)
-	if mr == nil || mr.key != s.LKey || n == 0 || uint32(n) > q.maxMsg || !mr.valid.Load() || mr.pd != q.pd || mr.access&need != need ||
-		s.Addr < mr.addr || s.Addr-mr.addr > uint64(len(mr.buf)) || n > uint64(len(mr.buf))-(s.Addr-mr.addr) {
+	if len(wr.SGList) != 1 || wr.Flags&(verbs.SendInline|verbs.SendFence) != 0 || faultHook.Get() != nil || captureHook.Get() != nil {
 		return false
 	}
-	off := s.Addr - mr.addr
-	if !q.direct.OneSided(wr, mr.buf[off:off+n:off+n], true) {
+	// oneSided's work, in line. The bounds without a sum that can
+	// overflow: an address below the region's wraps to an offset past
+	// it, and n-1 catches n == 0.
+	s, mr := &wr.SGList[0], q.sendMR
+	n, off, buf := uint64(s.Length), s.Addr-mr.addr, mr.buf
+	if s.LKey != mr.key || n-1 >= uint64(q.maxMsg) || off > uint64(len(buf)) || n > uint64(len(buf))-off || !mr.valid.Load() {
+		return false
+	}
+	if !q.direct.OneSided(wr, buf[off:off+n:off+n], true) {
 		return false
 	}
 	c := &q.cnt.Sent[op&15]
@@ -367,6 +380,89 @@ func (q *QP) postOne(wr *verbs.SendWR) bool {
 	c.Bytes += n
 	if q.sigAll || wr.Flags&verbs.SendSignaled != 0 {
 		q.pushDirect(wr, n)
+	}
+	return true
+}
+
+// openGate makes postOne's checks of the QP for op, and opens the gate
+// for the opcodes that pass them all (as postRun's do for a list); it
+// reports whether op is one. A READ's sink must allow local writes.
+func (q *QP) openGate(op verbs.WROpcode) bool {
+	if q.direct == nil || q.state != verbs.QPSRTS || q.txActive || q.sq.next != q.sq.tail || q.sq.head != q.sq.tail || q.stalled.Load() {
+		return false
+	}
+	mr := q.sendMR
+	if mr == nil || mr.pd != q.pd {
+		return false
+	}
+	ops := q.oneOps &^ q.deny.Load()
+	if mr.access&verbs.AccessLocalWrite == 0 {
+		ops &^= 1 << verbs.WRRDMARead
+	}
+	q.mu.gate = ops
+	return ops&(1<<op) != 0
+}
+
+// postSendOne is PostSend's path for a SEND (or SEND WITH IMMEDIATE)
+// posted alone, of one segment in the send region or of inline data,
+// that the transport puts out at once (DirectSender.SendDirect) behind
+// nothing queued: postDirect's work without check's general switch, the
+// segment list and the list's loop (together some 350 instructions of an
+// 8-byte SEND's post, a third). It reports whether the request was
+// posted; DirectEnd is done, DirectDone is owed. Otherwise nothing
+// changed and the general path takes the request (and reports what is
+// wrong with it); q.mu is held.
+func (q *QP) postSendOne(wr *verbs.SendWR) bool {
+	if q.direct == nil || q.state != verbs.QPSRTS || q.typ != verbs.QPTRC || q.txActive || q.sq.next != q.sq.tail || q.stalled.Load() ||
+		q.sq.tail-q.sq.head >= uint64(q.cap.MaxSendWR) || len(wr.SGList) > q.cap.MaxSendSGE ||
+		wr.Flags&verbs.SendFence != 0 || q.deny.Load()&(1<<wr.Opcode) != 0 || faultHook.Get() != nil || captureHook.Get() != nil {
+		return false
+	}
+	var src []byte
+	if wr.Flags&verbs.SendInline != 0 && wr.Inline != nil {
+		src = wr.Inline
+	} else if len(wr.SGList) == 1 {
+		// The bounds as postOne's; a zero length goes the general path.
+		s, mr := &wr.SGList[0], q.sendMR
+		if mr == nil {
+			return false
+		}
+		n, off, buf := uint64(s.Length), s.Addr-mr.addr, mr.buf
+		if s.LKey != mr.key || n == 0 || off > uint64(len(buf)) || n > uint64(len(buf))-off || !mr.valid.Load() || mr.pd != q.pd {
+			return false
+		}
+		src = buf[off : off+n : off+n]
+	} else {
+		return false
+	}
+	n := uint64(len(src))
+	if n > uint64(q.maxMsg) || wr.Flags&verbs.SendInline != 0 && n > uint64(q.cap.MaxInlineData) {
+		return false
+	}
+	w := &q.sq.ring[q.sq.tail&q.sq.mask]
+	w.seq = q.sq.tail
+	w.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	q.one[0] = src
+	ok, done := q.direct.SendDirect(w, wr, q.one[:], uint32(n))
+	q.one[0] = nil
+	q.direct.DirectEnd()
+	if !ok {
+		return false
+	}
+	if done && q.sq.head == q.sq.tail {
+		q.completeDirect(wr, n) // as postDirect
+		return true
+	}
+	q.fillSent(w, wr, n)
+	w.state = wqePending
+	if done {
+		w.state = wqeDone
+	}
+	q.sq.tail++
+	q.sq.next = q.sq.tail
+	q.sq.sent = max(q.sq.sent, q.sq.next)
+	if done {
+		q.retire()
 	}
 	return true
 }
@@ -388,7 +484,9 @@ func (q *QP) postOne(wr *verbs.SendWR) bool {
 // were half of them, the call into the transport and its checks most of
 // the rest.
 func (q *QP) postRun(wrs []verbs.SendWR) (int, bool) {
-	if q.oneOps == 0 || q.state != verbs.QPSRTS || q.txActive || q.sq.next != q.sq.tail || q.sq.head != q.sq.tail || q.stalled.Load() {
+	// A list that does not begin with a WRITE or READ (a SEND's) pays
+	// for none of the run's set-up: it was some ninety instructions.
+	if len(wrs) == 0 || q.oneOps&(1<<(wrs[0].Opcode&31)) == 0 || q.state != verbs.QPSRTS || q.txActive || q.sq.next != q.sq.tail || q.sq.head != q.sq.tail || q.stalled.Load() {
 		return 0, false
 	}
 	mr := q.sendMR

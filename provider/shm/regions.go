@@ -132,16 +132,6 @@ func (r *remote) contains(addr uint64, n uint32) bool {
 	return addr >= r.base && addr-r.base <= uint64(len(r.mem)) && uint64(n) <= uint64(len(r.mem))-(addr-r.base)
 }
 
-// span returns the n bytes at remote address addr if they lie in r:
-// contains and at, the offset computed once (OneSided's fast path).
-func (r *remote) span(addr uint64, n uint32) ([]byte, bool) {
-	off := addr - r.base
-	if addr < r.base || off > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-off {
-		return nil, false
-	}
-	return r.mem[off : off+uint64(n) : off+uint64(n)], true
-}
-
 // at returns the n bytes at remote address addr (checked by the caller).
 func (r *remote) at(addr uint64, n uint32) []byte {
 	off := addr - r.base

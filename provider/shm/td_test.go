@@ -138,3 +138,33 @@ func TestThreadDomainTeardownRace(t *testing.T) {
 		})
 	}
 }
+
+// TestPostAloneAfterStateChange: a WRITE posted alone that went out
+// directly leaves the QP's checks answered until the QP's lock is next
+// taken; moving the QP to ERR takes it, so the next WRITE posted alone,
+// with or without a thread domain, is flushed and places nothing.
+func TestPostAloneAfterStateChange(t *testing.T) {
+	for _, td := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lock", true: "td"}[td], func(t *testing.T) {
+			leakcheck.Check(t)
+			a, b, ca, _ := pairOnTD(t, true, 64<<10, td)
+			x := ca.(*shm.Conn)
+			mapDirect(t, a, x, b.MR)
+			conformance.Fill(a.Buf[:8], 3)
+			for i := range 3 {
+				a.MustPostSend(t, wr(uint64(1+i), verbs.WRRDMAWrite, a.MR.SGE(0, 8), b.MR.RemoteAddr(64), b.MR.RKey()))
+				conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(1+i), verbs.WCSuccess, verbs.WCRDMAWrite)
+			}
+			p0 := x.PostedOneSided()
+			if err := a.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+				t.Fatal(err)
+			}
+			conformance.Fill(a.Buf[:8], 9)
+			a.MustPostSend(t, wr(9, verbs.WRRDMAWrite, a.MR.SGE(0, 8), b.MR.RemoteAddr(128), b.MR.RKey()))
+			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 9, verbs.WCWRFlushErr, verbs.WCRDMAWrite)
+			if got := x.PostedOneSided() - p0; got != 0 || !bytes.Equal(b.Buf[128:136], make([]byte, 8)) {
+				t.Fatalf("a WRITE posted in ERR went out directly (%d) or placed its data (%x)", got, b.Buf[128:136])
+			}
+		})
+	}
+}
