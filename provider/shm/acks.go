@@ -239,7 +239,9 @@ out:
 		}
 		return 2
 	}
-	slices.SortStableFunc(ds, func(a, b done) int { return rank(a) - rank(b) })
+	if failed || nakPos != 0 { // (else every one succeeded, in order)
+		slices.SortStableFunc(ds, func(a, b done) int { return rank(a) - rank(b) })
+	}
 	c.wait.done1 = ds[:0]
 	c.wait.sqMu.Unlock()
 	more := false
