@@ -143,7 +143,7 @@ func TestBlockWhileSocketHeld(t *testing.T) {
 // A wait that blocks in the socket, with a context that has a deadline
 // (the usual server loop: one context for every wait), allocates
 // nothing.
-func TestBlockingWaitAllocs(t *testing.T) {
+func TestBlockingWaitAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
