@@ -31,15 +31,21 @@ const (
 	wcBatch        = 32
 )
 
-// Kinds of send work requests, in bits 62:60 of the WRID; bits 31:0 hold
-// the bytes of the staging buffer the request holds.
+// A send work request's WRID: bit 63 clear (receives have wrRecv), and,
+// on a signaled request, what its completion gives back, its own and that
+// of the unsignaled requests before it (RC completes them in order): data
+// work requests in bits 59:48, control slots in 47:40, bytes of the
+// staging buffer in 31:0.
 const (
-	wrRecv    = 1 << 63
-	wrData    = 1 << 60 // a data RDMA WRITE (with immediate or not)
-	wrDataMsg = 2 << 60 // the SEND announcing a data WRITE (iWARP)
-	wrCtrl    = 3 << 60 // a control message or credit update
-	wrKind    = 7 << 60
+	wrRecv     = 1 << 63
+	wrSQEShift = 48
+	wrCtlShift = 40
+	wrCountMax = 1<<8 - 1
 )
+
+// maxUnsignaled bounds a run of unsignaled send requests, so that what a
+// completion gives back fits its WRID and is never far behind.
+const maxUnsignaled = 64
 
 // Conn is a stream connection over an RC queue pair, speaking librdmacm's
 // rsocket protocol. It implements net.Conn; its methods may be called
@@ -97,6 +103,7 @@ type Conn struct {
 	target    [sglSize]sge
 	targetSGE int
 	ctrlUsed  int
+	unsig     unsignaled // given back by the next signaled request
 
 	sentDisc bool  // we sent RS_CTRL_DISCONNECT
 	peerEOF  bool  // the peer shut down writing (or disconnected)
@@ -123,6 +130,12 @@ type Conn struct {
 	rsge  [wcBatch][1]verbs.SGE
 	ctrlB [sgeLen]byte
 	msgB  [2][msgLen]byte
+}
+
+// unsignaled is what the send requests posted since the last signaled one
+// hold: the next signaled request's completion gives it back.
+type unsignaled struct {
+	n, sqe, ctrl, held int
 }
 
 // direction is the deadline and the wait of one side (read or write).

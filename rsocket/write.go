@@ -134,7 +134,7 @@ func (c *Conn) postData(held int, sgl []verbs.SGE, inline []byte, raddr uint64, 
 	if c.peerGone || c.err != nil {
 		return c.errLocked()
 	}
-	return c.postWriteMsg(wrData, held, sgl, inline, msgSet(opData, uint32(n)), raddr, rkey)
+	return c.postWriteMsg(false, held, sgl, inline, msgSet(opData, uint32(n)), raddr, rkey)
 }
 
 func (c *Conn) errLocked() error {
