@@ -118,7 +118,7 @@ func (c *Conn) sendRoom(left int) (xfer int, inline, ok bool) {
 	if c.target[c.targetSGE].Length == 0 {
 		c.loadTargets()
 	}
-	xfer = min(left, int(c.target[c.targetSGE].Length), maxXfer)
+	xfer = min(left, int(c.target[c.targetSGE].Length), c.maxXfer)
 	inline = xfer <= c.inline
 	if !inline {
 		xfer = min(xfer, c.sbufAvail)
