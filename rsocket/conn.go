@@ -26,7 +26,6 @@ const (
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
 	maxSpin        = 50 * time.Microsecond
-	minSpin        = 5 * time.Microsecond
 	idleHandoff    = time.Millisecond
 	wcBatch        = 32
 )
@@ -146,7 +145,8 @@ type direction struct {
 	tmu      sync.Mutex
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
-	spin     time.Duration // current spin budget (adaptive)
+	spin     time.Duration // current spin budget (adaptive; see waitState.done)
+	probes   int           // waits while the spin was off
 	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 

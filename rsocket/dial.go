@@ -56,8 +56,9 @@ type Options struct {
 	RecvQueue int
 	// Spin is the most a blocked Read or Write polls before it sleeps (a
 	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
-	// negative value none. The spin adapts below it, halving after a wait
-	// that had to sleep and doubling after one that did not.
+	// negative value none. The spin adapts below it: it grows after a wait
+	// answered within Spin and halves, down to nothing, after one that
+	// took longer; while it is off, one wait in 16 spins in full.
 	Spin time.Duration
 }
 

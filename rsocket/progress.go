@@ -279,9 +279,10 @@ func (c *Conn) updateCredits() {
 // signaled request is acknowledged at once. A request is signaled when it
 // ends a call's use of the connection (force: a disconnect or shutdown,
 // which Close waits for), when the run of unsignaled ones is long, and
-// whenever any resource is below half after it: then a call that finds
+// when a resource it takes is below half after it: then a call that finds
 // one exhausted always has a signaled request outstanding that gives it
-// back. The caller has taken the resources already (or takes ctrl here).
+// back (the last one to take it). The caller has taken the resources
+// already (or takes ctrl here).
 func (c *Conn) signal(sqe, ctrl, held int, force bool) (verbs.SendFlags, uint64) {
 	c.ctrlUsed += ctrl
 	u := &c.unsig
@@ -289,8 +290,10 @@ func (c *Conn) signal(sqe, ctrl, held int, force bool) (verbs.SendFlags, uint64)
 	u.sqe += sqe
 	u.ctrl += ctrl
 	u.held += held
-	if !force && u.n < maxUnsignaled && u.ctrl < wrCountMax && c.sqeAvail >= c.sq/2 &&
-		c.sbufAvail >= c.sbufSize/2 && c.ctrlUsed < ctrlSlots/2 {
+	if !force && u.n < maxUnsignaled && u.ctrl < wrCountMax &&
+		(sqe == 0 || c.sqeAvail >= c.sq/2) &&
+		(held == 0 || c.sbufAvail >= c.sbufSize/2) &&
+		(ctrl == 0 || c.ctrlUsed < ctrlSlots/2) {
 		return 0, 0
 	}
 	id := uint64(u.sqe)<<wrSQEShift | uint64(u.ctrl)<<wrCtlShift | uint64(uint32(u.held))

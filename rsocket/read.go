@@ -124,9 +124,10 @@ func (c *Conn) copyOut(p []byte) int {
 type waitState struct {
 	i        int
 	start    time.Time
-	blocking bool // the spin is over: arm before each look
-	nudged   bool // the nudge timer ran out for this call
-	timed    bool // the nudge timer is set
+	budget   time.Duration // this wait's spin
+	blocking bool          // the spin is over: arm before each look
+	nudged   bool          // the nudge timer ran out for this call
+	timed    bool          // the nudge timer is set
 }
 
 func (w *waitState) arm(d *direction) {
@@ -135,26 +136,51 @@ func (w *waitState) arm(d *direction) {
 	}
 }
 
-// done adapts the spin budget: a spin that found its event is worth
-// its time again (doubled), one that had to block is halved, so that a
-// call that always blocks (a server waiting for requests) stops burning
-// a CPU that the other goroutines need; but never below minSpin, or a
-// single preemption would ratchet the spin down for good and every
-// round trip would then sleep (rsocket over shm: 26 us per 64-byte round
-// trip instead of 2 at a load of 5).
+// done adapts the direction's spin to how long this wait took, from its
+// first look to the event, whether it slept or not: a wait answered within
+// the ceiling (maxSpin) would have been worth spinning for, and the spin
+// grows to twice its length at least, so that it covers the variation of
+// such waits; one that took longer only delayed the sleep, and the spin
+// halves, to nothing below spinFloor. Judging by the whole wait, not by
+// whether the spin caught the event, lets the spin recover by itself after
+// a preemption made a few waits sleep (a wake-up's cost is less than the
+// ceiling), and a spin that is off is tried in full once in spinProbe
+// waits, since a sleep can hide replies that come within the ceiling
+// (its wake-ups cost more than the reply). A call that keeps waiting
+// longer (a server idle between requests, a peer in another process woken
+// for each message) soon spins for nothing: its waits cost what they cost
+// with the spin off.
 func (w *waitState) done(d *direction) {
 	if w.timed {
 		d.nudge.Stop()
 	}
-	if w.i == 0 {
+	if w.i == 0 || d.maxSpin == 0 {
 		return
 	}
-	if w.blocking {
-		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
-	} else {
-		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
+	if t := time.Since(w.start); t <= d.maxSpin {
+		d.spin = min(d.maxSpin, max(2*d.spin, 2*t+spinFloor))
+	} else if d.spin /= 2; d.spin < spinFloor {
+		d.spin = 0
 	}
 }
+
+// begin starts a wait: its spin is the direction's, or the ceiling for
+// one wait in spinProbe while that is off.
+func (w *waitState) begin(d *direction) {
+	w.start = time.Now()
+	w.budget = d.spin
+	if w.budget == 0 && d.maxSpin > 0 {
+		if d.probes++; d.probes%spinProbe == 0 {
+			w.budget = d.maxSpin
+		}
+	}
+}
+
+// Below spinFloor the spin is off, but for one wait in spinProbe.
+const (
+	spinFloor = time.Microsecond
+	spinProbe = 16
+)
 
 // block waits for the connection to change: a bounded spin first (a
 // parked goroutine takes tens of microseconds to wake), then CQ.Wait on
@@ -170,13 +196,16 @@ func (c *Conn) block(d *direction, w *waitState) error {
 			if d.expired() {
 				return os.ErrDeadlineExceeded
 			}
-			w.start = time.Now()
+			if w.begin(d); w.budget == 0 {
+				w.blocking = true // arm, look once more, then wait
+				return nil
+			}
 		}
 		if w.i&15 == 0 {
 			if d.expired() {
 				return os.ErrDeadlineExceeded
 			}
-			if time.Since(w.start) >= d.spin {
+			if time.Since(w.start) >= w.budget {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}
