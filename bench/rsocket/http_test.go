@@ -1,7 +1,6 @@
 package rsocketbench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,7 +23,7 @@ const serveEnv = "GOVERBS_HTTP_SERVE"
 
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(serveEnv); addr != "" {
-		os.Exit(serveHTTP(addr))
+		os.Exit(ServeIPC(addr, serveHTTP))
 	}
 	os.Exit(m.Run())
 }
@@ -41,32 +39,26 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
-// serveHTTP serves echo at addr until standard input closes (the
-// benchmark ends, or dies), saying "ready" once it listens.
-func serveHTTP(addr string) int {
+// serveHTTP serves echo at addr until stop is called.
+func serveHTTP(addr string) (stop func(), err error) {
 	var ln net.Listener
-	var err error
 	if name, ok := strings.CutPrefix(addr, "kernel:"); ok {
 		ln, err = net.Listen("unix", name)
 	} else {
 		ln, err = rsocket.Listen(addr)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(echo), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	fmt.Println("ready")
-	io.Copy(io.Discard, os.Stdin)
-	srv.Close()
-	return 0
+	return func() { srv.Close() }, nil
 }
 
 // httpIPCSetup starts a server process for transport tr ("rsocket-shm" or
 // "unix") and returns a client of it that keeps one connection, as a
 // service talking to its sidecar does.
-func httpIPCSetup(b *testing.B, tr string, dials *atomic.Int32) *http.Client {
+func httpIPCSetup(b *testing.B, tr string, dials *atomic.Int32) (*http.Client, *IPC) {
 	name := fmt.Sprintf("@goverbs-http-ipc-%d-%d", os.Getpid(), time.Now().UnixNano())
 	addr := "unix:" + name
 	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -81,42 +73,22 @@ func httpIPCSetup(b *testing.B, tr string, dials *atomic.Int32) *http.Client {
 			return d.DialContext(ctx, "unix", name)
 		}
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), serveEnv+"="+addr)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		cmd.Wait()
-	})
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
-		b.Fatalf("server process: %q, %v", line, err)
-	}
+	srv := StartIPC(b, serveEnv, addr)
 	tr2 := &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 1, DisableCompression: true}
 	b.Cleanup(tr2.CloseIdleConnections)
-	return &http.Client{Transport: tr2}
+	return &http.Client{Transport: tr2}, srv
 }
 
 // BenchmarkHTTPIPC: net/http request-response between two processes (the
 // server a process of its own): a POST of size bytes, echoed back in the
 // response, over one kept-alive connection; ns/op is the request's
-// round trip.
+// round trip, cpu-us/op and csw/op what it cost both processes.
 func BenchmarkHTTPIPC(b *testing.B) {
 	for _, size := range []int{64, 4096, 65536} {
 		for _, tr := range []string{"rsocket-shm", "unix"} {
 			b.Run(fmt.Sprintf("%s/%d", tr, size), func(b *testing.B) {
 				var dials atomic.Int32
-				c := httpIPCSetup(b, tr, &dials)
+				c, srv := httpIPCSetup(b, tr, &dials)
 				in := bytes.Repeat([]byte{'x'}, size)
 				var out bytes.Buffer
 				call := func() {
@@ -136,11 +108,13 @@ func BenchmarkHTTPIPC(b *testing.B) {
 					call()
 				}
 				b.SetBytes(int64(2 * size))
+				srv.Begin(b)
 				b.ResetTimer()
 				for range b.N {
 					call()
 				}
 				b.StopTimer()
+				srv.End(b)
 				if n := dials.Load(); n != 1 {
 					b.Fatalf("%d connections dialled, want one kept alive", n)
 				}
