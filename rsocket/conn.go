@@ -26,6 +26,7 @@ const (
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
 	maxSpin        = 50 * time.Microsecond
+	minSpin        = 5 * time.Microsecond
 	idleHandoff    = time.Millisecond
 	wcBatch        = 32
 )
@@ -146,7 +147,6 @@ type direction struct {
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
 	spin     time.Duration // current spin budget (adaptive; see waitState.done)
-	probes   int           // waits while the spin was off
 	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 

@@ -57,8 +57,9 @@ type Options struct {
 	// Spin is the most a blocked Read or Write polls before it sleeps (a
 	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
 	// negative value none. The spin adapts below it: it grows after a wait
-	// answered within Spin and halves, down to nothing, after one that
-	// took longer; while it is off, one wait in 16 spins in full.
+	// the spin caught or that was answered within Spin (even one that
+	// slept), and halves, down to 5 µs, after one that slept and took
+	// longer.
 	Spin time.Duration
 }
 

@@ -69,10 +69,8 @@
 // gives syscall.ECONNRESET, after the data it sent before.
 //
 // Calls spin on the completion queue for a while before they block (a
-// woken goroutine costs tens of microseconds), as long as recent waits of
-// theirs were answered within the spin's ceiling; the spin fades to
-// nothing for calls whose waits take longer (a server idle between
-// requests, a peer in another process that must be woken), which then
-// cost what they cost without it. The data path does not allocate; a
-// call that blocks allocates one channel.
+// woken goroutine costs tens of microseconds); the spin shrinks for calls
+// whose waits take longer than it, down to 5 µs, and grows back after
+// waits answered within it, even waits that slept. The data path does
+// not allocate; a call that blocks allocates one channel.
 package rsocket

@@ -68,44 +68,39 @@ func TestSelectiveSignaling(t *testing.T) {
 	}
 }
 
-// The spin grows after waits answered within its ceiling, even waits that
-// slept, and fades to nothing after waits that took longer; while it is
-// off, one wait in spinProbe spins in full.
+// The spin grows after waits that it caught or that were answered within
+// its ceiling, even waits that slept (so that it recovers once the peer
+// runs again), and halves after waits that slept and took longer, down
+// to minSpin.
 func TestSpinAdapts(t *testing.T) {
 	var d direction
 	d.init(50 * time.Microsecond)
-	d.spin = 0
-	wait := func(took time.Duration) {
-		w := waitState{i: 1, start: time.Now().Add(-took)}
+	wait := func(took time.Duration, slept bool) {
+		w := waitState{i: 1, start: time.Now().Add(-took), blocking: slept}
 		w.done(&d)
 	}
-	wait(10 * time.Microsecond) // slept, but a spin would have caught it
+	for range 10 {
+		wait(time.Millisecond, true)
+	}
+	if d.spin != minSpin {
+		t.Fatalf("spin %v after waits of 1 ms, want %v", d.spin, minSpin)
+	}
+	wait(10*time.Microsecond, true) // slept, but a spin would have caught it
 	if d.spin < 20*time.Microsecond {
-		t.Fatalf("spin %v after a 10 us wait, want at least 20 us", d.spin)
+		t.Fatalf("spin %v after a 10 us wait that slept, want at least 20 us", d.spin)
 	}
 	for range 10 {
-		wait(time.Millisecond)
+		wait(time.Millisecond, true)
 	}
-	if d.spin != 0 {
-		t.Fatalf("spin %v after waits of 1 ms, want 0", d.spin)
-	}
-	probes := 0
-	for range 4 * spinProbe {
-		var w waitState
-		if w.begin(&d); w.budget == d.maxSpin {
-			probes++
-		} else if w.budget != 0 {
-			t.Fatalf("budget %v while the spin is off", w.budget)
-		}
-	}
-	if probes != 4 {
-		t.Errorf("%d probes in %d waits, want 4", probes, 4*spinProbe)
+	// The spin caught the event, late (the spinner was preempted):
+	// spinning saved a sleep.
+	wait(time.Millisecond, false)
+	if d.spin != d.maxSpin {
+		t.Fatalf("spin %v after a wait the spin caught, want %v", d.spin, d.maxSpin)
 	}
 	d.init(0) // Options.Spin < 0: never
-	for range 2 * spinProbe {
-		var w waitState
-		if w.begin(&d); w.budget != 0 {
-			t.Fatalf("budget %v with the spin off by option", w.budget)
-		}
+	wait(time.Microsecond, false)
+	if d.spin != 0 {
+		t.Fatalf("spin %v with the spin off by option", d.spin)
 	}
 }
