@@ -56,10 +56,8 @@ type Options struct {
 	RecvQueue int
 	// Spin is the most a blocked Read or Write polls before it sleeps (a
 	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
-	// negative value none. The spin adapts below it: it grows after a wait
-	// the spin caught or that was answered within Spin (even one that
-	// slept), and halves, down to 5 µs, after one that slept and took
-	// longer.
+	// negative value none. The spin adapts below it, halving after a wait
+	// that had to sleep and doubling after one that did not.
 	Spin time.Duration
 }
 

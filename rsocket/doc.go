@@ -70,7 +70,6 @@
 //
 // Calls spin on the completion queue for a while before they block (a
 // woken goroutine costs tens of microseconds); the spin shrinks for calls
-// whose waits take longer than it, down to 5 µs, and grows back after
-// waits answered within it, even waits that slept. The data path does
-// not allocate; a call that blocks allocates one channel.
+// that keep blocking, down to 5 µs. The data path does not allocate; a
+// call that blocks allocates one channel.
 package rsocket

@@ -124,10 +124,9 @@ func (c *Conn) copyOut(p []byte) int {
 type waitState struct {
 	i        int
 	start    time.Time
-	budget   time.Duration // this wait's spin
-	blocking bool          // the spin is over: arm before each look
-	nudged   bool          // the nudge timer ran out for this call
-	timed    bool          // the nudge timer is set
+	blocking bool // the spin is over: arm before each look
+	nudged   bool // the nudge timer ran out for this call
+	timed    bool // the nudge timer is set
 }
 
 func (w *waitState) arm(d *direction) {
@@ -136,30 +135,24 @@ func (w *waitState) arm(d *direction) {
 	}
 }
 
-// done adapts the direction's spin to this wait: a wait that the spin
-// caught, or that slept but was answered within the ceiling (maxSpin),
-// would have been worth spinning for, and the spin grows to twice its
-// length at least, so that it covers the variation of such waits; one
-// that slept and took longer halves it, so that a call that always
-// blocks (a server waiting for requests) stops burning a CPU that the
-// other goroutines need; but never below minSpin, or a single preemption
-// would ratchet the spin down for good and every round trip would then
-// sleep (rsocket over shm: 26 us per 64-byte round trip instead of 2 at a
-// load of 5). Judging a wait that slept by its whole length lets the spin
-// recover after a few waits slept while the peer was descheduled: without
-// it, a 1 MiB stream over shm whose two sides once fell asleep in turn
-// kept sleeping at every message for the rest of the run.
+// done adapts the spin budget: a spin that found its event is worth
+// its time again (doubled), one that had to block is halved, so that a
+// call that always blocks (a server waiting for requests) stops burning
+// a CPU that the other goroutines need; but never below minSpin, or a
+// single preemption would ratchet the spin down for good and every
+// round trip would then sleep (rsocket over shm: 26 us per 64-byte round
+// trip instead of 2 at a load of 5).
 func (w *waitState) done(d *direction) {
 	if w.timed {
 		d.nudge.Stop()
 	}
-	if w.i == 0 || d.maxSpin == 0 {
+	if w.i == 0 {
 		return
 	}
-	if t := time.Since(w.start); !w.blocking || t <= d.maxSpin {
-		d.spin = min(d.maxSpin, max(2*d.spin, 2*min(t, d.maxSpin))+time.Microsecond)
-	} else {
+	if w.blocking {
 		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
+	} else {
+		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 	}
 }
 
@@ -177,17 +170,13 @@ func (c *Conn) block(d *direction, w *waitState) error {
 			if d.expired() {
 				return os.ErrDeadlineExceeded
 			}
-			w.start, w.budget = time.Now(), d.spin
-			if w.budget == 0 { // Options.Spin < 0
-				w.blocking = true // arm, look once more, then wait
-				return nil
-			}
+			w.start = time.Now()
 		}
 		if w.i&15 == 0 {
 			if d.expired() {
 				return os.ErrDeadlineExceeded
 			}
-			if time.Since(w.start) >= w.budget {
+			if time.Since(w.start) >= d.spin {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}

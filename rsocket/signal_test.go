@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/leakcheck"
 )
@@ -65,42 +64,5 @@ func TestSelectiveSignaling(t *testing.T) {
 					a.sqeAvail, a.sq, a.ctrlUsed, a.sbufAvail, a.sbufSize)
 			}
 		})
-	}
-}
-
-// The spin grows after waits that it caught or that were answered within
-// its ceiling, even waits that slept (so that it recovers once the peer
-// runs again), and halves after waits that slept and took longer, down
-// to minSpin.
-func TestSpinAdapts(t *testing.T) {
-	var d direction
-	d.init(50 * time.Microsecond)
-	wait := func(took time.Duration, slept bool) {
-		w := waitState{i: 1, start: time.Now().Add(-took), blocking: slept}
-		w.done(&d)
-	}
-	for range 10 {
-		wait(time.Millisecond, true)
-	}
-	if d.spin != minSpin {
-		t.Fatalf("spin %v after waits of 1 ms, want %v", d.spin, minSpin)
-	}
-	wait(10*time.Microsecond, true) // slept, but a spin would have caught it
-	if d.spin < 20*time.Microsecond {
-		t.Fatalf("spin %v after a 10 us wait that slept, want at least 20 us", d.spin)
-	}
-	for range 10 {
-		wait(time.Millisecond, true)
-	}
-	// The spin caught the event, late (the spinner was preempted):
-	// spinning saved a sleep.
-	wait(time.Millisecond, false)
-	if d.spin != d.maxSpin {
-		t.Fatalf("spin %v after a wait the spin caught, want %v", d.spin, d.maxSpin)
-	}
-	d.init(0) // Options.Spin < 0: never
-	wait(time.Microsecond, false)
-	if d.spin != 0 {
-		t.Fatalf("spin %v with the spin off by option", d.spin)
 	}
 }
