@@ -22,7 +22,7 @@ const (
 	recvSlack      = 2 * ctrlSlots
 	defaultRBuf    = 512 << 10 // receive buffer (two halves)
 	defaultSBuf    = 512 << 10 // send staging buffer
-	maxXfer        = 128 << 10 // largest single data message
+	maxXfer        = 128 << 10 // largest single data message (but over shm)
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
 	maxSpin        = 50 * time.Microsecond
@@ -31,15 +31,21 @@ const (
 	wcBatch        = 32
 )
 
-// Kinds of send work requests, in bits 62:60 of the WRID; bits 31:0 hold
-// the bytes of the staging buffer the request holds.
+// A send work request's WRID: bit 63 clear (receives have wrRecv), and,
+// on a signaled request, what its completion gives back, its own and that
+// of the unsignaled requests before it (RC completes them in order): data
+// work requests in bits 59:48, control slots in 47:40, bytes of the
+// staging buffer in 31:0.
 const (
-	wrRecv    = 1 << 63
-	wrData    = 1 << 60 // a data RDMA WRITE (with immediate or not)
-	wrDataMsg = 2 << 60 // the SEND announcing a data WRITE (iWARP)
-	wrCtrl    = 3 << 60 // a control message or credit update
-	wrKind    = 7 << 60
+	wrRecv     = 1 << 63
+	wrSQEShift = 48
+	wrCtlShift = 40
+	wrCountMax = 1<<8 - 1
 )
+
+// maxUnsignaled bounds a run of unsignaled send requests, so that what a
+// completion gives back fits its WRID and is never far behind.
+const maxUnsignaled = 64
 
 // Conn is a stream connection over an RC queue pair, speaking librdmacm's
 // rsocket protocol. It implements net.Conn; its methods may be called
@@ -55,6 +61,7 @@ type Conn struct {
 	closeFn func() error // tears down the QP and its identifier
 
 	msgSend   bool // messages travel as SENDs (iWARP), not immediates
+	maxXfer   int  // largest data message
 	inline    int
 	rq        int // credits offered
 	rqPosted  int // receives kept posted (rq plus room for control messages)
@@ -97,6 +104,7 @@ type Conn struct {
 	target    [sglSize]sge
 	targetSGE int
 	ctrlUsed  int
+	unsig     unsignaled // given back by the next signaled request
 
 	sentDisc bool  // we sent RS_CTRL_DISCONNECT
 	peerEOF  bool  // the peer shut down writing (or disconnected)
@@ -125,6 +133,12 @@ type Conn struct {
 	msgB  [2][msgLen]byte
 }
 
+// unsignaled is what the send requests posted since the last signaled one
+// hold: the next signaled request's completion gives it back.
+type unsignaled struct {
+	n, sqe, ctrl, held int
+}
+
 // direction is the deadline and the wait of one side (read or write).
 type direction struct {
 	deadline atomic.Int64 // UnixNano; 0: none
@@ -132,7 +146,7 @@ type direction struct {
 	tmu      sync.Mutex
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
-	spin     time.Duration // current spin budget (adaptive)
+	spin     time.Duration // current spin budget (adaptive; see waitState.done)
 	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 
@@ -252,6 +266,7 @@ func newConn(s connSetup) (c *Conn, err error) {
 		laddr:    s.laddr,
 		raddr:    s.raddr,
 		msgSend:  s.ctx.Device().TransportType() == verbs.TransportIWARP,
+		maxXfer:  maxXfer,
 		closedCh: make(chan struct{}),
 		needWait: make(chan struct{}, 1),
 		waitDone: make(chan struct{}),
@@ -278,6 +293,16 @@ func newConn(s connSetup) (c *Conn, err error) {
 	}
 	if c.rq < 16 || c.sq < 16 || c.rbufSize < 4096 || c.sbufSize < 4096 {
 		return nil, fmt.Errorf("rsocket: resources too small (rq %d, sq %d, rbuf %d, sbuf %d)", c.rq, c.sq, c.rbufSize, c.sbufSize)
+	}
+	if s.ctx.Device().TransportType() == verbs.TransportUnspecified {
+		// Shared memory (shm0): a message as large as the peer's target
+		// (half its buffer). A WRITE larger than 64 KiB posted while the
+		// peer has not consumed the previous message waits for it, and is
+		// then carried out by this side's progress, woken for it when this
+		// side sleeps: every message is a point where both sides may
+		// sleep, and a 1 MiB stream of 128 KiB messages slept about
+		// twice as often on each side as one of 256 KiB messages.
+		c.maxXfer = maxMsgData
 	}
 	c.inline = min(attr.MaxInlineData, maxInline)
 	if c.inline < sgeLen {

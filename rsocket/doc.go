@@ -39,7 +39,8 @@
 // each side's own choice, as in rsocket (this side offers 256 credits and
 // a 512 KiB receive buffer by default, and Options, through a Dialer or a
 // ListenConfig, sets them as rsetsockopt does; a write is sent as
-// messages of up to 128 KiB).
+// messages of up to 128 KiB, over shared memory as large as the peer's
+// target, half its buffer).
 //
 // What does not: riomap/riowrite (RS_OP_IOMAP_SGL, RS_OP_WRITE): a Conn
 // offers an iomap of size 0 and never writes into a peer's, so riostream's

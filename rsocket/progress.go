@@ -170,15 +170,11 @@ func (c *Conn) handle(wc *verbs.WC) {
 		}
 		return
 	}
-	switch wc.WRID & wrKind {
-	case wrData:
-		c.sqeAvail++
-		c.sbufAvail += int(uint32(wc.WRID))
-	case wrDataMsg:
-		c.sqeAvail++
-	case wrCtrl:
-		c.ctrlUsed--
-	}
+	// A signaled request (or any request flushed by an error) gives back
+	// what it and the unsignaled ones before it held.
+	c.sqeAvail += int(wc.WRID >> wrSQEShift & 0xfff)
+	c.ctrlUsed -= int(wc.WRID >> wrCtlShift & wrCountMax)
+	c.sbufAvail += int(uint32(wc.WRID))
 	if wc.Status != verbs.WCSuccess && !c.peerGone {
 		c.fail(fmt.Errorf("%w: %v", syscall.ECONNRESET, wc.Err()))
 	}
@@ -257,7 +253,7 @@ func (c *Conn) updateCredits() {
 	if c.rbufAvail >= half {
 		e := sge{Addr: c.rmr.RemoteAddr(c.rbufFreeOffset), Key: c.rmr.RKey(), Length: uint32(half)}
 		putSGE(c.ctrlB[:], e, c.peerOrder)
-		err = c.postWriteMsg(wrCtrl, 0, nil, c.ctrlB[:], m,
+		err = c.postWriteMsg(true, 0, nil, c.ctrlB[:], m,
 			c.remoteSGL.Addr+uint64(c.remoteSGE)*sgeLen, c.remoteSGL.Key)
 		c.rbufAvail -= half
 		if c.rbufFreeOffset += half; c.rbufFreeOffset >= c.rbufSize {
@@ -274,22 +270,62 @@ func (c *Conn) updateCredits() {
 	}
 }
 
-// postMsg sends a control message alone (rs_post_msg).
+// signal decides whether the send request being posted, which holds sqe
+// data work requests, ctrl control slots and held bytes of the staging
+// buffer, is signaled, and returns its flags and WRID. Most are not: a
+// completion wakes a blocked call (the peer's consumption of each data
+// message woke the writer, as many times as it sent messages, when only
+// the peer's credits could let it go on), and over shared memory a
+// signaled request is acknowledged at once. A request is signaled when it
+// ends a call's use of the connection (force: a disconnect or shutdown,
+// which Close waits for), when the run of unsignaled ones is long, and
+// when a resource it takes is below half after it: then a call that finds
+// one exhausted always has a signaled request outstanding that gives it
+// back (the last one to take it). The caller has taken the resources
+// already (or takes ctrl here).
+func (c *Conn) signal(sqe, ctrl, held int, force bool) (verbs.SendFlags, uint64) {
+	c.ctrlUsed += ctrl
+	u := &c.unsig
+	u.n++
+	u.sqe += sqe
+	u.ctrl += ctrl
+	u.held += held
+	if !force && u.n < maxUnsignaled && u.ctrl < wrCountMax &&
+		(sqe == 0 || c.sqeAvail >= c.sq/2) &&
+		(held == 0 || c.sbufAvail >= c.sbufSize/2) &&
+		(ctrl == 0 || c.ctrlUsed < ctrlSlots/2) {
+		return 0, 0
+	}
+	id := uint64(u.sqe)<<wrSQEShift | uint64(u.ctrl)<<wrCtlShift | uint64(uint32(u.held))
+	*u = unsignaled{}
+	return verbs.SendSignaled, id
+}
+
+// unpost undoes what signal recorded for a request that could not be
+// posted (the connection fails: only Close's accounting still looks).
+func (c *Conn) unpost(saved unsignaled, ctrl int) {
+	c.unsig = saved
+	c.ctrlUsed -= ctrl
+}
+
+// postMsg sends a control message alone (rs_post_msg). A disconnect or
+// shutdown is signaled (Close waits for every request to complete).
 func (c *Conn) postMsg(m uint32) error {
 	w := &c.swr[0]
+	saved := c.unsig
+	force := msgOp(m) == opCtrl
+	flags, id := c.signal(0, 1, 0, force)
 	if c.msgSend {
-		c.ctrlUsed++
 		binary.LittleEndian.PutUint32(c.msgB[0][:], m)
-		*w = verbs.SendWR{WRID: wrCtrl, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, Inline: c.msgB[0][:]}
+		*w = verbs.SendWR{WRID: id, Opcode: verbs.WRSend, Flags: flags | verbs.SendInline, Inline: c.msgB[0][:]}
 	} else {
-		c.ctrlUsed++
 		// A zero-length write: its address and key are those of the peer's
 		// target SGL, valid whatever a provider checks.
-		*w = verbs.SendWR{WRID: wrCtrl, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
+		*w = verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWriteWithImm, Flags: flags,
 			ImmData: m, RemoteAddr: c.remoteSGL.Addr, RKey: c.remoteSGL.Key}
 	}
 	if err := c.qp.PostSend(c.swr[:1]); err != nil {
-		c.ctrlUsed--
+		c.unpost(saved, 1)
 		return fmt.Errorf("posting a control message: %w", err)
 	}
 	return nil
@@ -297,36 +333,41 @@ func (c *Conn) postMsg(m uint32) error {
 
 // postWriteMsg writes sgl (or inline) to the peer and announces it with m
 // (rs_post_write_msg): one WRITE WITH IMMEDIATE, or on iWARP a WRITE and a
-// SEND. kind is wrData or wrCtrl; held is the staging-buffer bytes the
-// write holds until it completes.
-func (c *Conn) postWriteMsg(kind uint64, held int, sgl []verbs.SGE, inline []byte, m uint32, raddr uint64, rkey uint32) error {
+// SEND (the WRITE unsignaled: the SEND's completion covers it). ctrl says
+// whether it is a control message (a credit update) rather than data;
+// held is the staging-buffer bytes the write holds until it completes.
+func (c *Conn) postWriteMsg(ctrl bool, held int, sgl []verbs.SGE, inline []byte, m uint32, raddr uint64, rkey uint32) error {
+	sqe, nctrl := 1, 0
+	if ctrl {
+		sqe, nctrl = 0, 1
+	}
+	if c.msgSend {
+		sqe, nctrl = 2*sqe, 2*nctrl
+	}
+	saved := c.unsig
+	flags, id := c.signal(sqe, nctrl, held, false)
 	w := &c.swr[0]
-	*w = verbs.SendWR{WRID: kind | uint64(held), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
+	*w = verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWriteWithImm, Flags: flags,
 		SGList: sgl, ImmData: m, RemoteAddr: raddr, RKey: rkey}
 	if inline != nil {
 		w.Flags |= verbs.SendInline
 		w.Inline = inline
 	}
 	n := 1
-	if kind == wrCtrl {
-		c.ctrlUsed++
-	}
 	if c.msgSend {
 		w.Opcode = verbs.WRRDMAWrite
-		mk := wrDataMsg
-		if kind == wrCtrl {
-			mk = wrCtrl
-			c.ctrlUsed++
-		}
+		w.Flags &^= verbs.SendSignaled
+		w.WRID = 0
 		b := c.msgB[0][:]
-		if kind == wrData {
+		if !ctrl {
 			b = c.msgB[1][:] // the data path may run beside a control message
 		}
 		binary.LittleEndian.PutUint32(b, m)
-		c.swr[1] = verbs.SendWR{WRID: uint64(mk), Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline, Inline: b}
+		c.swr[1] = verbs.SendWR{WRID: id, Opcode: verbs.WRSend, Flags: flags | verbs.SendInline, Inline: b}
 		n = 2
 	}
 	if err := c.qp.PostSend(c.swr[:n]); err != nil {
+		c.unpost(saved, nctrl)
 		return fmt.Errorf("posting a write: %w", err)
 	}
 	return nil

@@ -118,7 +118,7 @@ func (c *Conn) sendRoom(left int) (xfer int, inline, ok bool) {
 	if c.target[c.targetSGE].Length == 0 {
 		c.loadTargets()
 	}
-	xfer = min(left, int(c.target[c.targetSGE].Length), maxXfer)
+	xfer = min(left, int(c.target[c.targetSGE].Length), c.maxXfer)
 	inline = xfer <= c.inline
 	if !inline {
 		xfer = min(xfer, c.sbufAvail)
@@ -134,7 +134,7 @@ func (c *Conn) postData(held int, sgl []verbs.SGE, inline []byte, raddr uint64, 
 	if c.peerGone || c.err != nil {
 		return c.errLocked()
 	}
-	return c.postWriteMsg(wrData, held, sgl, inline, msgSet(opData, uint32(n)), raddr, rkey)
+	return c.postWriteMsg(false, held, sgl, inline, msgSet(opData, uint32(n)), raddr, rkey)
 }
 
 func (c *Conn) errLocked() error {
