@@ -33,9 +33,10 @@
 // then sleep. On a CQ fed by one connected QP of a provider whose peer
 // signals it through a socket (iwarp: the connection's TCP socket; roce:
 // the device's UDP socket, which one waiter of the device at a time reads
-// for all its QPs; shm's waits still sleep until its goroutine reading the
-// peer's pokes wakes them), the sleeping goroutine itself makes the connection's
-// progress and parks in Go's netpoller on that socket, as a socket's
+// for all its QPs; shm: the connection's poke socket, which the peer
+// writes to only while this side sleeps), the sleeping goroutine itself
+// makes the connection's progress and parks in Go's netpoller on that
+// socket, as a socket's
 // reader does: the peer's write wakes it, with no goroutine of the
 // provider's in between. Whatever else completes meanwhile (a flush, a
 // request the provider's goroutine finished, Close) wakes it too. The
