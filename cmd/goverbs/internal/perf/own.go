@@ -479,51 +479,12 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 		if err := s.writePingPong(ctx, c, false, nil); err != nil {
 			return err
 		}
-	case "send_bw":
-		for got := 0; got < c.Iters; {
-			n, err := s.id.RecvCQ().Poll(wc)
-			if err != nil {
-				return err
-			}
-			for _, w := range wc[:n] {
-				if err := w.Err(); err != nil {
-					return err
-				}
-			}
-			got += n
-			if n > 0 {
-				continue
-			}
-			if s.ev != nil {
-				if err := s.ev.block(ctx); err != nil {
-					return err
-				}
-			} else if ctx.Err() != nil {
-				return ctx.Err()
-			}
-		}
 	}
-	// The other tests are one-sided, and the last message of a ping-pong
-	// may still be on its way when the loop ends. A software RNIC needs a
-	// running receiver: busy-poll the CQ (polled mode reads the socket)
-	// until the client leaves, as the active side does; in event mode the
-	// armed CQs leave the connection to progress by itself.
-	if s.ev != nil {
-		return awaitLeave(ctx, []*side{s})
-	}
-	done := s.id.Done()
-	for i := 0; ; i++ {
-		s.id.RecvCQ().Poll(wc)
-		if i&0x3ff == 0 {
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			default:
-			}
-		}
-	}
+	// send_bw's receiving, and the wait for the client to leave: as with
+	// several QPs (the other tests are one-sided, and the last message of a
+	// ping-pong may still be on its way when the loop ends; a software RNIC
+	// needs a running receiver).
+	return serveMany(ctx, []*side{s}, c)
 }
 
 // writePingPong exchanges RDMA WRITEs carrying an iteration counter in the
