@@ -15,10 +15,12 @@ import (
 )
 
 // mapDirect posts WRITEs to the peer's region win until one goes out
-// directly from PostSend (the first asks for the mapping).
+// directly from PostSend (the first asks for the mapping); also for
+// another region once one went direct (WRITEs to it go through the peer
+// until its own mapping is in).
 func mapDirect(t *testing.T, a *conformance.Side, ca *shm.Conn, win *verbs.MR) {
 	t.Helper()
-	for i := 0; ca.PostedOneSided() == 0; i++ {
+	for p0, i := ca.PostedOneSided(), 0; ca.PostedOneSided() == p0; i++ {
 		a.MustPostSend(t, wr(100, verbs.WRRDMAWrite, a.MR.SGE(0, 8), win.RemoteAddr(0), win.RKey()))
 		conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 100, verbs.WCSuccess, verbs.WCRDMAWrite)
 		if i == 10000 {
