@@ -279,8 +279,8 @@ func TestSocketNotPolledForOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := epollRegistrations(t, st.Ino)
-	if len(regs) < 2 {
-		t.Fatalf("the socket is in %d epoll sets (%#x), want the socket goroutine's and the Block's", len(regs), regs)
+	if len(regs) == 0 { // (the Block's; the socket goroutine's once it read)
+		t.Fatal("the socket is in no epoll set: no wait parked in it")
 	}
 	for _, ev := range regs {
 		if ev&unix.EPOLLOUT != 0 {
