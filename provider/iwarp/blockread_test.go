@@ -49,7 +49,7 @@ func TestArrivalBeforeBlock(t *testing.T) {
 			}
 		}
 		if n == 0 {
-			n = awaitEvent(t, round, xq, rcq, ch, &wc)
+			awaitEvent(t, round, xq, rcq, ch, &wc)
 		}
 		if wc[0].Status != verbs.WCSuccess || wc[0].WRID != uint64(round) {
 			t.Fatalf("round %d: %+v", round, wc[0])
