@@ -308,7 +308,9 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 		return wc[0], err
 	}
 	if ch == nil {
-		return waitLoop(ctx, cq, ch, wc, true) // CQ.Wait spins and adapts
+		// CQ.Wait spins and adapts; the poll above was the last look (a
+		// second would cost another empty read of a socket transport).
+		return waitLoop(ctx, cq, ch, wc, false)
 	}
 	start := time.Now()
 	r, err := spinThenWait(ctx, done, cq, ch, wc, start)
@@ -346,7 +348,8 @@ func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *v
 }
 
 // waitLoop sleeps until a completion of cq is there and takes it; look
-// false skips the first poll before arming (the caller just polled).
+// false skips the first poll before arming or CQ.Wait (the caller just
+// polled).
 func waitLoop(ctx context.Context, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, look bool) (verbs.WC, error) {
 	for ; ; look = true {
 		if look {
