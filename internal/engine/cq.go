@@ -314,9 +314,11 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	// after the arming, and its event fires. A progress there would cost
 	// a system call (an empty read of a socket) that the Block repeats at
 	// once. Only the one poll: a loop of polls after arming progresses
-	// from its second.
+	// from its second. Not after an arming for solicited completions: an
+	// unsolicited one the socket holds would then wait for the next
+	// solicited one, where the poll returns it.
 	if cq.blockable() {
-		cq.lookOnly.Store(true)
+		cq.lookOnly.Store(!solicitedOnly)
 	} else {
 		cq.lookOnly.Store(false)
 		cq.pollStop()
