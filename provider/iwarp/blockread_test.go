@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/internal/wire"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/rdmacm"
@@ -22,6 +23,7 @@ import (
 // test sleeps in between), so the park, which forgets an earlier report,
 // would wait for ever if the Block did not read before it parks.
 func TestArrivalBeforeBlock(t *testing.T) {
+	leakcheck.Check(t)
 	x, y, xq, rcq, ch := channelPair(t)
 	exercised := 0
 	for round := range 20 {
@@ -78,6 +80,7 @@ func TestArrivalBeforeBlock(t *testing.T) {
 // bytes (a WRITE of 44, a SEND of 40), so that reads which fill the
 // buffer end at an FPDU's end.
 func TestBlockReadsPastFullRead(t *testing.T) {
+	leakcheck.Check(t)
 	x, y, xq, rcq, ch := channelPairCap(t, verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	const writes = 300 // 19 KiB of FPDUs: four staging buffers and more
 	exercised := 0
@@ -151,6 +154,7 @@ func awaitEvent(t *testing.T, round int, xq *verbs.QP, rcq *verbs.CQ, ch *verbs.
 // the netpoller reported the end with the message, before the Block
 // began, and reports nothing more.
 func TestBlockSeesEndWithData(t *testing.T) {
+	leakcheck.Check(t)
 	exercised := 0
 	for round := range 3 {
 		r := startResponder(t, respOpts{ird: 4, ord: 4, accept: iwarp.Params{IRD: 4, ORD: 4}})
@@ -196,6 +200,7 @@ func TestBlockSeesEndWithData(t *testing.T) {
 // and another after it each read the socket too. The peer answers each
 // request after a pause, so that every wait sleeps.
 func TestGetRecvCompReadsOnce(t *testing.T) {
+	leakcheck.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ln, err := rdmacm.Listen("127.0.0.1:0")
