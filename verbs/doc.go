@@ -45,7 +45,12 @@
 // (epoll waits on it: the provider's goroutines make progress then).
 // Otherwise (several QPs on the CQ, an SRQ's, several goroutines waiting:
 // one of them parks in the socket, the others on the CQ; loop) the
-// provider's goroutines make progress and wake the waiters.
+// provider's goroutines make progress and wake the waiters. On a CQ whose
+// GetEvent parks in such a socket, the first Poll after ReqNotify(false)
+// (the idiom's guard against a completion that came before the arming)
+// looks at the CQ alone and leaves the socket to the GetEvent, which reads
+// it before it parks: a completion made before the arming is found, and
+// what the socket held becomes a completion after it, with its event.
 //
 // # Completion semantics
 //

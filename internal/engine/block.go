@@ -118,6 +118,7 @@ func (p *progress) block(ctx context.Context) bool {
 		p.afterDone(ctx, d)
 	}
 	ok := p.bt.Block(&p.w)
+	p.waits.Add(1)
 	p.parked.Store(false)
 	if ws != nil {
 		ws.SetWake(nil)

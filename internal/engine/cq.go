@@ -29,6 +29,7 @@ type CQ struct {
 	_    [56]byte
 
 	armed    atomic.Uint32 // armNone, armSolicited, armAny
+	lookOnly atomic.Bool   // the idiom's poll after arming looks at the ring alone (ReqNotify)
 	waiters  atomic.Int32  // goroutines in Wait
 	overflow atomic.Bool
 	wmu      sync.Mutex
@@ -213,6 +214,9 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 			return n, err
 		}
 	}
+	if cq.lookOnly.Load() && cq.lookOnly.Swap(false) && cq.isArmed() {
+		return 0, nil
+	}
 	ps := cq.pollers.Load()
 	if ps == nil || len(*ps) == 0 {
 		return 0, nil
@@ -281,6 +285,11 @@ func (cq *CQ) empty() bool {
 	return r.slots[pos&r.mask].seq.Load() != pos+1
 }
 
+// Holding implements driver.CQHolder: a look at the ring, no progress.
+func (cq *CQ) Holding() bool {
+	return !cq.empty() || cq.overflow.Load() || cq.destroyed.Load()
+}
+
 // isArmed reports whether ReqNotify armed the CQ and no event fired since:
 // the application is about to block on its channel, so polled mode must not
 // rely on it polling again.
@@ -294,7 +303,24 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	// The application is about to block on the channel: the transports
 	// must progress on their own, unless GetEvent will lend them its
 	// goroutine (a channel of one endpoint, waited on without epoll).
-	if !cq.blockable() {
+	//
+	// The idiom's poll between this arming and GetEvent then looks at the
+	// ring alone: the GetEvent blocks in the transport, whose Block
+	// processes what its descriptor has before it parks (and must: the
+	// park forgets the readiness reported before it), or sleeps while
+	// another goroutine's Block or the transport's own goroutines
+	// progress. A completion made before the arming is in the ring, where
+	// that poll sees it; input not yet processed becomes a completion
+	// after the arming, and its event fires. A progress there would cost
+	// a system call (an empty read of a socket) that the Block repeats at
+	// once. Only the one poll: a loop of polls after arming progresses
+	// from its second. Not after an arming for solicited completions: an
+	// unsolicited one the socket holds would then wait for the next
+	// solicited one, where the poll returns it.
+	if cq.blockable() {
+		cq.lookOnly.Store(!solicitedOnly)
+	} else {
+		cq.lookOnly.Store(false)
 		cq.pollStop()
 	}
 	if solicitedOnly {

@@ -26,14 +26,16 @@ type progress struct {
 	idleOn   atomic.Bool // idle is pending (or its tick runs): armIdle need not
 	detached atomic.Bool
 
-	bt       Blocker      // t, when it can block a waiter in its descriptor
-	owner    atomic.Bool  // a goroutine blocks in bt (one at a time)
-	sleepers atomic.Int32 // goroutines asleep on a CQ or channel meanwhile
-	parked   atomic.Bool  // it may be parked: completions must Interrupt it
-	blocking atomic.Bool  // the idle rule leaves polled mode alone
-	w        Waker        // the owner's
-	intFn    func()       // interrupt, as a value made once
-	afMu     sync.Mutex   // afterDone's registration:
+	bt       Blocker       // t, when it can block a waiter in its descriptor
+	owner    atomic.Bool   // a goroutine blocks in bt (one at a time)
+	sleepers atomic.Int32  // goroutines asleep on a CQ or channel meanwhile
+	parked   atomic.Bool   // it may be parked: completions must Interrupt it
+	blocking atomic.Bool   // the idle rule leaves polled mode alone
+	waits    atomic.Uint32 // blocking waits that returned (idleTick)
+	tickSeen atomic.Uint32 // waits at the last tick that found one blocking
+	w        Waker         // the owner's
+	intFn    func()        // interrupt, as a value made once
+	afMu     sync.Mutex    // afterDone's registration:
 	afDone   <-chan struct{}
 	afStop   func() bool
 }
@@ -95,13 +97,23 @@ func (p *progress) stop() {
 // idleTick runs every PollIdle while the application polls; it re-arms
 // itself while polled mode lasts.
 // A tick during a blocking wait lets the timer rest (an idle connection
-// costs no CPU); the wait re-arms it when it returns. Each side clears its
-// flag before it looks at the other's (idleOn here, blocking there): one
-// of the two sees the other, so the timer is never left resting after a
-// wait.
+// costs no CPU) when no wait returned since the last such tick; the wait
+// re-arms it when it returns. Each side clears its flag before it looks at
+// the other's (idleOn here, blocking there): one of the two sees the
+// other, so the timer is never left resting after a wait. While waits keep
+// returning (a blocking ping-pong) it keeps ticking instead: a re-arm on a
+// wait's return, with no thread in the netpoller then, makes the runtime
+// start one (wakeNetPoller -> wakep), about once per tick, a thread
+// wake-up more than the tick's own.
 func (p *progress) idleTick() {
 	p.idleOn.Store(false)
-	if !p.polled.Load() || p.detached.Load() || p.blocking.Load() {
+	if !p.polled.Load() || p.detached.Load() {
+		return
+	}
+	if p.blocking.Load() {
+		if w := p.waits.Load(); p.tickSeen.Swap(w) != w {
+			p.armIdle()
+		}
 		return
 	}
 	if p.idleMark.Swap(true) {

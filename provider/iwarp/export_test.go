@@ -63,3 +63,16 @@ func Polled(qp *verbs.QP) bool {
 	c, ok := ep.Transport().(*conn)
 	return ok && c.rx.polled.Load()
 }
+
+// Reads returns how many reads of qp's socket brought bytes and how many
+// found it empty.
+func Reads(qp *verbs.QP) (full, empty uint64) {
+	ep, _ := engine.Lookup(qp, dev)
+	c, ok := ep.Transport().(*conn)
+	if !ok {
+		return 0, 0
+	}
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
+	return c.rx.prog, c.rx.empty
+}

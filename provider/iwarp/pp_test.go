@@ -113,6 +113,13 @@ func TestPollThenIdle(t *testing.T) {
 // a QP of x whose receive CQ has a completion channel.
 func channelPair(t *testing.T) (x, y *conformance.Side, xq *verbs.QP, rcq *verbs.CQ, ch *verbs.CompChannel) {
 	t.Helper()
+	return channelPairCap(t, verbs.QPCap{})
+}
+
+// channelPairCap is channelPair with y's queue capacities (zero: the
+// conformance default).
+func channelPairCap(t *testing.T, yCap verbs.QPCap) (x, y *conformance.Side, xq *verbs.QP, rcq *verbs.CQ, ch *verbs.CompChannel) {
+	t.Helper()
 	ctx0 := open(t)
 	ch, err := ctx0.CreateCompChannel()
 	if err != nil {
@@ -133,6 +140,7 @@ func channelPair(t *testing.T) (x, y *conformance.Side, xq *verbs.QP, rcq *verbs
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { xq.Destroy() })
+	o.Cap = yCap
 	y = conformance.NewSide(t, open(t), verbs.QPTRC, o)
 	connect(t, y.QP, xq, iwarp.Params{IRD: 1, ORD: 1}, iwarp.Params{IRD: 1, ORD: 1})
 	return x, y, xq, rcq, ch

@@ -104,6 +104,10 @@ type rxSide struct {
 	imm        uint32
 
 	bulk bool // the last FPDU carried a large payload
+	// early: the last pump stopped at an FPDU's end with nothing
+	// buffered, without the read that would find the socket empty.
+	early bool
+	empty uint64 // reads that found the socket empty (for tests)
 	// prog counts the reads that brought bytes: the progress the frame
 	// stall check (stall.go) looks for. stallArmed and the fields after it
 	// are that check's, all under mu.
@@ -132,6 +136,9 @@ func (s *rxSide) fill(fd, n int) error {
 			s.w += k
 			s.prog++
 			continue
+		}
+		if err == errWouldBlock {
+			s.empty++
 		}
 		return err
 	}
@@ -299,18 +306,31 @@ func (c *conn) Block(w *engine.Waker) bool {
 }
 
 // blockFD is Block's callback: it processes what the socket has and
-// reports whether the wait is over.
+// reports whether the wait is over. It asks after each message that ends
+// what it has read: a wait that it ends needs no read that would find the
+// socket empty (the next poll or Block reads first), while one that goes
+// on reads on before it parks (the netpoller reports nothing more for
+// bytes that came with those read, nor for the end of the stream that
+// came with them).
 func (c *conn) blockFD(fd uintptr) bool {
 	w := c.rx.bw
-	w.Busy()
-	c.rx.mu.Lock()
-	perr := c.pump(int(fd), true)
-	c.rx.mu.Unlock()
-	if perr != errWouldBlock {
-		c.rx.blockErr = perr
-		return true
+	for {
+		w.Busy()
+		c.rx.mu.Lock()
+		perr := c.pump(int(fd), false)
+		early := c.rx.early
+		c.rx.mu.Unlock()
+		if perr != errWouldBlock {
+			c.rx.blockErr = perr
+			return true
+		}
+		if !w.Idle() {
+			return true
+		}
+		if !early {
+			return false // the socket is empty: park
+		}
 	}
-	return !w.Idle()
 }
 
 // Interrupt implements engine.Blocker.
@@ -353,9 +373,10 @@ func (c *conn) rxFailed(err error) {
 // when it needs more bytes, errStop after a protocol error (a Terminate is
 // on its way), or the I/O error. With drain false (polled mode) it returns
 // after a complete FPDU when nothing more is buffered, sparing a read that
-// would find nothing: the next poll reads again. A frame left incomplete
-// starts the stall check (stall.go) unless it runs already.
+// would find nothing (and sets early): the next poll reads again. A frame
+// left incomplete starts the stall check (stall.go) unless it runs already.
 func (c *conn) pump(fd int, drain bool) error {
+	c.rx.early = false
 	err := c.pumpFrames(fd, drain)
 	if err == errWouldBlock && !c.rx.stallArmed && c.rx.partial() {
 		c.armStall()
@@ -374,6 +395,7 @@ func (c *conn) pumpFrames(fd int, drain bool) error {
 		switch s.phase {
 		case phHeader:
 			if done && !drain && s.r == s.w {
+				s.early = true
 				return errWouldBlock
 			}
 			if err := s.fill(fd, 4); err != nil {
@@ -451,6 +473,9 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 			if s.r == s.w {
 				k, err := readNB(fd, s.buf[:min(len(s.buf), s.left)])
 				if err != nil {
+					if err == errWouldBlock {
+						s.empty++
+					}
 					return err
 				}
 				s.r, s.w = 0, k
@@ -478,6 +503,9 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 			s.r, s.w = 0, 0
 			n, err := readv2(fd, &s.iov, d, s.buf[:])
 			if err != nil {
+				if err == errWouldBlock {
+					s.empty++
+				}
 				return err
 			}
 			k = min(n, len(d))
@@ -486,6 +514,9 @@ func (c *conn) rxPayload(fd int, s *rxSide) error {
 		default:
 			var err error
 			if k, err = readNB(fd, d); err != nil {
+				if err == errWouldBlock {
+					s.empty++
+				}
 				return err
 			}
 			s.prog++
