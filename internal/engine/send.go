@@ -886,7 +886,15 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 }
 
 // retire moves finished requests, in posting order, into the send CQ; q.mu is held.
-func (q *QP) retire() {
+func (q *QP) retire() { q.retireTo(nil) }
+
+// retireTo is retire, with the array of a poll of the send CQ lent to
+// the transport's progress (ho, nil if none): a completion that may skip
+// the CQ's ring (Handoff.take) goes there, as a receive's does. A
+// signaled SEND's completion, pushed into the ring by the progress of a
+// poll that then popped it, paid two compare-and-swaps and some two
+// hundred instructions between them.
+func (q *QP) retireTo(ho *Handoff) {
 	for q.sq.head != q.sq.tail {
 		w := &q.sq.ring[q.sq.head&q.sq.mask]
 		if w.state != wqeDone {
@@ -905,7 +913,11 @@ func (q *QP) retire() {
 			case w.WR.Opcode == verbs.WRAtomicCmpAndSwp || w.WR.Opcode == verbs.WRAtomicFetchAndAdd:
 				wc.ByteLen = 8
 			}
-			q.scq.push(&wc, false)
+			if d := ho.take(q.scq); d != nil {
+				copyWC(d, &wc)
+			} else {
+				q.scq.push(&wc, false)
+			}
 		}
 		w.Data = nil
 		q.sq.head++
@@ -923,8 +935,8 @@ func (q *QP) retire() {
 	}
 }
 
-// complete is Requester.CompleteDeferred.
-func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus) bool {
+// complete is Requester.CompleteDeferred (and CompleteTo, with ho).
+func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus, ho *Handoff) bool {
 	q.mu.Lock()
 	status = faultStatus(w, status) // used only if w is still seq's
 	if status != verbs.WCSuccess && q.state == verbs.QPSErr {
@@ -950,7 +962,7 @@ func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus) bool {
 	if status != verbs.WCSuccess && q.state != verbs.QPSErr {
 		q.enterErr()
 	}
-	q.retire()
+	q.retireTo(ho)
 	more := q.sq.next != q.sq.tail
 	q.mu.Unlock()
 	return more

@@ -300,7 +300,7 @@ func (r Requester) Sink(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 // stale request (flushed meanwhile, or its slot reused) is ignored. An
 // error status moves the QP to ERR.
 func (r Requester) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
-	if r.q.complete(w, seq, status) {
+	if r.q.complete(w, seq, status, nil) {
 		r.q.progress()
 	}
 }
@@ -311,7 +311,14 @@ func (r Requester) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
 // goroutine uses it, since blocking it on the send side could deadlock two
 // peers.
 func (r Requester) CompleteDeferred(w *WQE, seq uint64, status verbs.WCStatus) bool {
-	return r.q.complete(w, seq, status)
+	return r.q.complete(w, seq, status, nil)
+}
+
+// CompleteTo is CompleteDeferred from a transport's Progress: ho is the
+// hand-off it was given, where a completion for the polled CQ may go
+// (as Responder.Deliver's do) instead of through the CQ's ring.
+func (r Requester) CompleteTo(w *WQE, seq uint64, status verbs.WCStatus, ho *Handoff) bool {
+	return r.q.complete(w, seq, status, ho)
 }
 
 // Transmit sends whatever the send queue can send now.

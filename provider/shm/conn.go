@@ -567,7 +567,7 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	}
 	if acks && c.outstanding() {
 		if atomic.LoadUint64(c.out.ring.C.Head) != c.wait.ackHead.Load() || c.peerStopped() {
-			c.checkAcks()
+			c.checkAcksTo(ho)
 		}
 		if atomic.LoadUint64(c.peer.U64(offRNRPos)) != 0 {
 			c.checkRNR()
