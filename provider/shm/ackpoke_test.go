@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
@@ -186,5 +187,70 @@ func TestBlockingWaitAllocateNothing(t *testing.T) {
 	round()
 	if n := testing.AllocsPerRun(200, round); n != 0 {
 		t.Fatalf("%.1f allocations per blocking wait, want 0", n)
+	}
+}
+
+// The acknowledgement of an unsignaled request makes no completion: a
+// requester blocked waiting for its reply asks no poke for it, so the
+// responder's consumption wakes nobody, and its reply wakes the requester
+// once. (rsocket signals few of its messages; each of their
+// acknowledgements woke a reader waiting for the reply, for nothing.)
+// Draining the send queue (SQD) waits for every acknowledgement: the
+// unsignaled request's still comes.
+func TestUnsignaledAckWakesNobody(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, _, x := pairOn(t, true, 4096)
+	cb := x.(*shm.Conn)
+	rwc := make([]verbs.WC, 1)
+	for i := range 10 {
+		b.MustPostRecv(t, b.Recv(uint64(i), 64, 64))
+		a.MustPostRecv(t, a.Recv(uint64(100+i), 64, 64))
+		done := make(chan verbs.WC, 1)
+		go func() { // the requester: an unsignaled SEND, then it sleeps until the reply
+			w := a.Send(uint64(1000+i), 0, 8)
+			w.Flags &^= verbs.SendSignaled
+			a.MustPostSend(t, w)
+			done <- waitOne(t, a.RecvCQ)
+		}()
+		if err := conformance.Spin(b.RecvCQ, rwc); err != nil {
+			t.Fatal(err)
+		}
+		conformance.ExpectWC(t, rwc[0], uint64(i), verbs.WCSuccess, verbs.WCRecv)
+		before := cb.Pokes()
+		// The responder's polled mode ends (engine.PollIdle) and it
+		// publishes what it consumed: no poke for it.
+		time.Sleep(5 * engine.PollIdle)
+		if n := cb.Pokes() - before; n != 0 {
+			t.Fatalf("round %d: the responder poked %d times for an unsignaled request's acknowledgement", i, n)
+		}
+		b.MustPostSend(t, b.Send(uint64(2000+i), 0, 8))
+		conformance.ExpectWC(t, <-done, uint64(100+i), verbs.WCSuccess, verbs.WCRecv)
+		if n := cb.Pokes() - before; n != 1 {
+			t.Fatalf("round %d: the reply took %d pokes, want 1", i, n)
+		}
+		if err := conformance.Spin(b.SendCQ, rwc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An unsignaled SEND that the responder holds (no receive yet), then
+	// SQD: the drained event comes once the responder takes it.
+	w := a.Send(50, 0, 8)
+	w.Flags &^= verbs.SendSignaled
+	a.MustPostSend(t, w)
+	time.Sleep(5 * engine.PollIdle)
+	sqd := verbs.QPAttr{QPState: verbs.QPSSQD, EnSQDAsyncNotify: true}
+	if err := a.QP.Modify(&sqd, verbs.QPAttrState|verbs.QPAttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * engine.PollIdle)
+	b.MustPostRecv(t, b.Recv(51, 64, 64))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev, err := a.Ctx.GetAsyncEvent(ctx)
+	if err != nil {
+		t.Fatalf("no drained event: %v", err)
+	}
+	if ev.Type != verbs.EventSQDrained {
+		t.Fatalf("event %v, want SQ_DRAINED", ev)
 	}
 }

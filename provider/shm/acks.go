@@ -28,6 +28,14 @@ type waiting struct {
 	// skipped: a progress that delivered left the acks for later, and none
 	// has looked at them since.
 	skipped atomic.Uint64
+	// wantEnd is the end, in the peer's request ring, of the last request
+	// whose acknowledgement someone waits for (fAck): only those make a
+	// completion, or give back the send queue a poster waits for. A
+	// waiter asks to be poked for acknowledgements only while the peer's
+	// head has not passed it: rsocket's unsignaled messages, acknowledged
+	// as the peer consumes them, woke a reader waiting for the reply once
+	// more per message for nothing.
+	wantEnd atomic.Uint64
 	done1   []done // scratch for completions, used under sqMu
 
 	// RNR retry: the request the peer holds for want of a receive, since when.
@@ -125,6 +133,12 @@ func (c *conn) outstanding() bool {
 	return c.wait.acks.tail.Load() != c.wait.acks.head.Load() || c.wait.nresp.Load() > 0
 }
 
+// ackWanted reports whether a request whose acknowledgement someone
+// waits for may still be unacknowledged (see waiting.wantEnd).
+func (c *conn) ackWanted() bool {
+	return c.wait.wantEnd.Load() > c.wait.ackHead.Load()
+}
+
 // ackFlag is fAck for a request whose acknowledgement someone waits for:
 // a signaled one, or any once half the send queue waits for acknowledgements
 // (unsignaled requests hold their slots until then).
@@ -140,11 +154,18 @@ func (c *conn) ackFlag(w *engine.WQE) uint8 {
 // commit: the stamp makes the record visible, and the peer may consume it
 // and publish its head at once; an entry recorded after a checkAcks that
 // already saw that head would wait for the head's next move, which may
-// never come. An application that is not polling asks to be poked (one
-// that starts to wait later arms the same flag in wake, or in Block's
-// askPoke: one that blocks in the socket meanwhile is seen here).
-func (c *conn) expectAck(w *engine.WQE, n int) {
-	c.wait.acks.push(w, w.Seq(), c.out.cur.start, c.out.ring.Tail+uint64(n))
+// never come. An application that is not polling asks to be poked for a
+// request flagged fAck (one that starts to wait later arms the same flag
+// in wake, or in Block's askPoke: one that blocks in the socket meanwhile
+// is seen here); the others' acknowledgements make no completion and wait
+// for the next progress.
+func (c *conn) expectAck(w *engine.WQE, n int, flags uint8) {
+	end := c.out.ring.Tail + uint64(n)
+	c.wait.acks.push(w, w.Seq(), c.out.cur.start, end)
+	if flags&fAck == 0 {
+		return
+	}
+	c.wait.wantEnd.Store(end)
 	if !c.polled.Load() || c.blocked.Load() { // a Block waits in the socket
 		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}

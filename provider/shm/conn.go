@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -446,7 +447,7 @@ func (c *conn) askPoke() bool {
 	}
 	atomic.StoreUint32(c.in.req.C.Sleep, 1)
 	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
-	if c.outstanding() || c.out.stalled.Load() {
+	if c.wait.nresp.Load() > 0 || c.ackWanted() || c.out.stalled.Load() {
 		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}
 	if c.in.held.Load() {
@@ -480,7 +481,7 @@ func (c *conn) wake() {
 	}
 	atomic.StoreUint32(c.in.req.C.Sleep, 1)
 	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
-	if c.outstanding() || c.out.stalled.Load() {
+	if c.wait.nresp.Load() > 0 || c.ackWanted() || c.out.stalled.Load() {
 		atomic.StoreUint32(c.out.ring.C.Wait, 1)
 	}
 	if c.in.held.Load() {
@@ -583,6 +584,18 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 // Modify implements engine.Transport: the access flags and the RNR timer
 // that the peer reads from our segment are republished.
 func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.QPState) error {
+	if to == verbs.QPSSQD && from != verbs.QPSSQD {
+		// The drained event waits for every acknowledgement, wanted or
+		// not (see waiting.wantEnd): from now on all of them are. The
+		// flag before the look: a head the peer publishes after the look
+		// pokes.
+		c.wait.wantEnd.Store(math.MaxUint64)
+		if c.enter() {
+			atomic.StoreUint32(c.out.ring.C.Wait, 1)
+			c.leave()
+		}
+		c.progress(nil)
+	}
 	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer) != 0 && c.enter() {
 		if mask&verbs.QPAttrAccessFlags != 0 {
 			atomic.StoreUint32(c.mine.U32(offAccess), uint32(attr.QPAccessFlags))

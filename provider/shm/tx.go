@@ -112,7 +112,7 @@ func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n u
 	} else {
 		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], payload, 0)
 	}
-	c.expectAck(w, len(b))
+	c.expectAck(w, len(b), flags)
 	c.out.ring.Commit(len(b))
 	c.out.nRing++
 	c.out.nPosted++
@@ -745,7 +745,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		}
 		h := ring.Rec{Size: ring.HdrLen, Kind: recSendRef, Flags: flags | fFirst | fLast, Imm: imm, Addr: wr.SGList[0].Addr, RKey: wr.SGList[0].LKey, Total: total}
 		ring.PutRec(b, h)
-		c.expectAck(w, ring.HdrLen)
+		c.expectAck(w, ring.HdrLen, h.Flags)
 		c.out.ring.Commit(ring.HdrLen)
 		c.out.nRef++
 		return c.publishReq()
@@ -773,7 +773,7 @@ func (c *conn) sendMsg(w *engine.WQE, kind uint8, rkey uint32, addr uint64) engi
 		ring.PutRec(b, h)
 		engine.CopyFrom(b[ring.HdrLen:ring.HdrLen+n], c.out.src, int(off))
 		if off+n == total {
-			c.expectAck(w, len(b))
+			c.expectAck(w, len(b), h.Flags)
 		}
 		c.out.ring.Commit(len(b))
 		c.out.cur.off += n
@@ -812,7 +812,7 @@ func (c *conn) ctlMsg(w *engine.WQE, kind uint8, imm, total uint32, payload []by
 	h := ring.Rec{Size: uint32(len(b)), Kind: kind, Flags: fFirst | fLast | c.ackFlag(w), N: uint32(len(payload)), Imm: imm, Addr: wr.RemoteAddr, RKey: wr.RKey, Total: total}
 	ring.PutRec(b, h)
 	copy(b[ring.HdrLen:], payload)
-	c.expectAck(w, len(b))
+	c.expectAck(w, len(b), h.Flags)
 	c.out.ring.Commit(len(b))
 	c.out.nRing++
 	return c.publishReq()
