@@ -905,7 +905,14 @@ func (q *QP) retireTo(ho *Handoff) {
 			q.capture(*h, w, true)
 		}
 		if w.signaled || w.status != verbs.WCSuccess {
-			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
+			// Written where it goes: the hand-off's entry, or a local
+			// one that push copies into the ring.
+			var local verbs.WC
+			wc := ho.take(q.scq)
+			if wc == nil {
+				wc = &local
+			}
+			*wc = verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
 			switch {
 			case w.status != verbs.WCSuccess:
 			case w.WR.Opcode == verbs.WRRDMARead:
@@ -913,10 +920,8 @@ func (q *QP) retireTo(ho *Handoff) {
 			case w.WR.Opcode == verbs.WRAtomicCmpAndSwp || w.WR.Opcode == verbs.WRAtomicFetchAndAdd:
 				wc.ByteLen = 8
 			}
-			if d := ho.take(q.scq); d != nil {
-				copyWC(d, &wc)
-			} else {
-				q.scq.push(&wc, false)
+			if wc == &local {
+				q.scq.push(wc, false)
 			}
 		}
 		w.Data = nil
