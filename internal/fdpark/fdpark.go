@@ -3,11 +3,16 @@
 // descriptor (engine.Blocker) without taking the socket's read lock, its
 // deadlines or its registration from its own goroutines.
 //
-// A Parker registers a duplicate of the descriptor (the same socket, a
-// second entry in the netpoller's epoll set, with its own deadline), so
-// that a read of the socket by either wakes only the goroutine parked on
-// that entry, and Interrupt (an expired deadline on the duplicate) ends the
-// park without touching the original.
+// A Parker registers the socket in an epoll set of its own, which it
+// registers in the netpoller (a second entry there, with its own
+// deadline), so that a read of the socket by either wakes only the
+// goroutine parked on that entry, and Interrupt (an expired deadline on
+// that entry) ends the park without touching the original. Its own set
+// asks for input only: the netpoller registers every descriptor for
+// output too, and a socket whose peer reads what it wrote becomes
+// writable again (a Unix socket at every message), which woke a thread
+// of the process from the netpoller for nothing at every message its peer
+// read (a poke over shared memory, a sleeping ping-pong's request).
 package fdpark
 
 import (
@@ -32,7 +37,15 @@ type Parker struct {
 	rc      syscall.RawConn
 	closed  bool
 	waiting bool // a Wait is under way: it closes f when Close came meanwhile
+	early   bool // Interrupt came before the registration
+	sfd     int  // the duplicate of the socket that fn is given
+	fn      func(fd uintptr) bool
+	call    func(uintptr) bool // callFn, made once
 }
+
+// callFn is the netpoller's callback: fn on the socket (the descriptor
+// the netpoller knows is the epoll set's).
+func (p *Parker) callFn(uintptr) bool { return p.fn(uintptr(p.sfd)) }
 
 // open duplicates the descriptor of sc (or fd, without sc) on first use.
 func (p *Parker) open(sc syscall.RawConn, fd int) (syscall.RawConn, error) {
@@ -45,6 +58,12 @@ func (p *Parker) open(sc syscall.RawConn, fd int) (syscall.RawConn, error) {
 	if p.rc != nil {
 		return p.rc, nil
 	}
+	defer func() {
+		if p.early && p.rc != nil {
+			p.early = false
+			p.f.Load().SetReadDeadline(time.Unix(1, 0))
+		}
+	}()
 	d, err := -1, error(nil)
 	if sc == nil {
 		d, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -56,15 +75,32 @@ func (p *Parker) open(sc syscall.RawConn, fd int) (syscall.RawConn, error) {
 		p.waiting = false
 		return nil, err
 	}
-	// The duplicate shares the socket's non-blocking flag (it is the
-	// open file's): os.NewFile registers it in the netpoller.
-	f := os.NewFile(uintptr(d), "fdpark")
+	e, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err == nil {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(d)}
+		if err = unix.EpollCtl(e, unix.EPOLL_CTL_ADD, d, &ev); err == nil {
+			err = unix.SetNonblock(e, true)
+		}
+		if err != nil {
+			unix.Close(e)
+		}
+	}
+	if err != nil {
+		p.waiting = false
+		unix.Close(d)
+		return nil, err
+	}
+	// Non-blocking: os.NewFile registers the set in the netpoller, which
+	// sees it readable whenever the socket has input (or its end).
+	f := os.NewFile(uintptr(e), "fdpark")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		p.waiting = false
 		f.Close()
+		unix.Close(d)
 		return nil, err
 	}
+	p.sfd, p.call = d, p.callFn
 	p.rc = rc
 	p.f.Store(f)
 	return rc, nil
@@ -91,16 +127,16 @@ func (p *Parker) wait(sc syscall.RawConn, fd int, fn func(fd uintptr) bool) erro
 	if err != nil {
 		return err
 	}
-	err = rc.Read(fn)
+	p.fn = fn
+	err = rc.Read(p.call)
+	p.fn = nil
 	p.mu.Lock()
 	p.waiting = false
 	if p.closed {
 		// Close came during the Read (fn itself may have called it): the
 		// file is closed here, once nothing uses it; os.File.Close would
 		// wait for this Read to end.
-		if f := p.f.Load(); f != nil {
-			f.Close()
-		}
+		p.release()
 		p.mu.Unlock()
 		return ErrClosed
 	}
@@ -127,12 +163,20 @@ func (p *Parker) wait(sc syscall.RawConn, fd int, fn func(fd uintptr) bool) erro
 var ErrInterrupted = errors.New("fdpark: interrupted")
 
 // Interrupt makes the Wait in progress, or the next one, return
-// ErrInterrupted promptly (once the first Wait has begun: there is no
-// registration before, and nothing to interrupt).
+// ErrInterrupted promptly.
 func (p *Parker) Interrupt() {
 	if f := p.f.Load(); f != nil {
 		f.SetReadDeadline(time.Unix(1, 0))
+		return
 	}
+	// No registration yet: the first Wait returns at once.
+	p.mu.Lock()
+	if f := p.f.Load(); f != nil {
+		f.SetReadDeadline(time.Unix(1, 0))
+	} else {
+		p.early = true
+	}
+	p.mu.Unlock()
 }
 
 // Close ends a Wait in progress with ErrClosed and makes later ones fail.
@@ -150,6 +194,16 @@ func (p *Parker) Close() {
 	case p.waiting:
 		f.SetReadDeadline(time.Unix(1, 0)) // the Wait returns and closes it
 	default:
+		p.release()
+	}
+}
+
+// release closes the epoll set and the socket's duplicate; p.mu is held,
+// and no Wait is under way.
+func (p *Parker) release() {
+	if f := p.f.Load(); f != nil {
+		p.f.Store(nil)
 		f.Close()
+		unix.Close(p.sfd)
 	}
 }

@@ -57,13 +57,18 @@ func TestWaitWakesOnInput(t *testing.T) {
 	}
 }
 
-// Interrupt ends a parked Wait, and one made before the Wait ends the next
-// Wait's park at once; the Wait after that parks again.
+// Interrupt ends a parked Wait, and one made before the Wait (even before
+// the first) ends the next Wait's park at once; the Wait after that parks
+// again.
 func TestInterrupt(t *testing.T) {
 	_, _, raw := pair(t)
 	var p Parker
 	defer p.Close()
 	never := func(uintptr) bool { return false }
+	p.Interrupt() // before there is a registration
+	if err := p.Wait(raw, never); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("first Wait after Interrupt: %v", err)
+	}
 	time.AfterFunc(20*time.Millisecond, p.Interrupt)
 	if err := p.Wait(raw, never); !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("Wait after Interrupt: %v", err)
@@ -101,5 +106,55 @@ func TestClose(t *testing.T) {
 	b.Write([]byte{1})
 	if err := q.Wait(raw, func(uintptr) bool { q.Close(); return false }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Wait closed from fn: %v", err)
+	}
+}
+
+// The Parker's registration is ready on input and on the socket's end,
+// never because the socket became writable: a Unix socket does at every
+// message its peer reads, and a registration for output woke a thread
+// of the netpoller for nothing each time.
+func TestReadyOnInputOnly(t *testing.T) {
+	a, b, raw := pair(t)
+	var p Parker
+	defer p.Close()
+	if err := p.Wait(raw, func(uintptr) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	f := p.f.Load()
+	ready := func() uint32 {
+		var evs [4]unix.EpollEvent
+		var got uint32
+		rc, _ := f.SyscallConn()
+		rc.Control(func(fd uintptr) {
+			n, err := unix.EpollWait(int(fd), evs[:], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs[:n] {
+				got |= ev.Events
+			}
+		})
+		return got
+	}
+	ready() // (whatever the registration found at first)
+	buf := make([]byte, 8)
+	for range 3 {
+		if _, err := a.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Read(buf); err != nil { // a is writable again
+			t.Fatal(err)
+		}
+		if ev := ready(); ev != 0 {
+			t.Fatalf("the peer's read made the registration ready: events %#x", ev)
+		}
+	}
+	b.Write([]byte{2})
+	if ev := ready(); ev&unix.EPOLLIN == 0 {
+		t.Fatalf("input: events %#x, want EPOLLIN", ev)
+	}
+	b.Close()
+	if ev := ready(); ev&(unix.EPOLLRDHUP|unix.EPOLLHUP) == 0 {
+		t.Fatalf("the peer's close: events %#x, want its end", ev)
 	}
 }

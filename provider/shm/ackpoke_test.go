@@ -2,6 +2,9 @@ package shm_test
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // waitOne blocks in CQ.Wait (no spin: the wait sleeps at once) until cq
@@ -253,4 +257,76 @@ func TestUnsignaledAckWakesNobody(t *testing.T) {
 	if ev.Type != verbs.EventSQDrained {
 		t.Fatalf("event %v, want SQ_DRAINED", ev)
 	}
+}
+
+// No epoll set of the process asks for output from a connection's socket:
+// the socket becomes writable whenever the peer reads what it wrote (every
+// poke), and a registration for output (a net.Conn's, in the netpoller)
+// woke one of this process's threads for nothing each time. The socket
+// goroutine and a Block wait in sets of their own that ask for input.
+func TestSocketNotPolledForOutput(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, x, _ := pairOn(t, true, 4096)
+	// Both kinds of waits have run: the socket goroutine's read, a Block.
+	a.MustPostRecv(t, a.Recv(1, 0, 64))
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		b.MustPostSend(t, b.Send(2, 0, 8))
+	}()
+	conformance.ExpectWC(t, waitOne(t, a.RecvCQ), 1, verbs.WCSuccess, verbs.WCRecv)
+	var st unix.Stat_t
+	if err := unix.Fstat(x.(*shm.Conn).SockFD(), &st); err != nil {
+		t.Fatal(err)
+	}
+	regs := epollRegistrations(t, st.Ino)
+	if len(regs) < 2 {
+		t.Fatalf("the socket is in %d epoll sets (%#x), want the socket goroutine's and the Block's", len(regs), regs)
+	}
+	for _, ev := range regs {
+		if ev&unix.EPOLLOUT != 0 {
+			t.Fatalf("an epoll set asks the socket for output: events %#x (all: %#x)", ev, regs)
+		}
+	}
+}
+
+// epollRegistrations returns the events of every registration of the file
+// with inode ino in the process's epoll sets (/proc/self/fdinfo).
+func epollRegistrations(t *testing.T, ino uint64) []uint32 {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regs []uint32
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			// tfd:        7 events: 80002001 data: ... ino:1a2b sdev:8
+			f := strings.Fields(line)
+			if len(f) < 4 || f[0] != "tfd:" || f[2] != "events:" {
+				continue
+			}
+			var fino uint64
+			for _, w := range f {
+				if v, ok := strings.CutPrefix(w, "ino:"); ok {
+					fino, _ = strconv.ParseUint(v, 16, 64)
+				}
+			}
+			if fino != ino {
+				continue
+			}
+			ev, err := strconv.ParseUint(f[3], 16, 32)
+			if err != nil {
+				t.Fatalf("fdinfo: %q", line)
+			}
+			regs = append(regs, uint32(ev))
+		}
+	}
+	return regs
 }

@@ -557,7 +557,7 @@ func (x *Conn) LocalAddr() net.Addr {
 	if x.local != nil {
 		return x.local
 	}
-	return x.c.uc.LocalAddr()
+	return x.c.laddr
 }
 
 // RemoteAddr returns the peer's socket address.
@@ -565,7 +565,7 @@ func (x *Conn) RemoteAddr() net.Addr {
 	if x.remote != nil {
 		return x.remote
 	}
-	return x.c.uc.RemoteAddr()
+	return x.c.raddr
 }
 
 // Done is closed when the connection has ended and its resources are released.

@@ -2,10 +2,10 @@ package shm
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -23,18 +23,28 @@ import (
 
 // conn is one connected QP: the engine's wire for it.
 type conn struct {
-	ep      engine.Endpoint
-	req     engine.Requester
-	resp    engine.Responder
-	uc      *net.UnixConn
-	raw     syscall.RawConn
-	mine    *segment // we consume its rings
-	peer    *segment // we produce into its rings
-	peerQPN uint32
-	pdata   []byte
-	ird     int
-	ord     int
-	rnr     uint8 // rnr_retry
+	ep   engine.Endpoint
+	req  engine.Requester
+	resp engine.Responder
+	// uc is the socket until start; then sfd, a duplicate that no
+	// goroutine's net.Conn registers in the netpoller (a registration
+	// for output woke a thread for nothing whenever the peer read what
+	// we wrote: at every poke), read by the socket goroutine through
+	// rxPark and by a Block through park, which ask for input only. It is
+	// closed once nobody is inside (enter), after the Parkers.
+	uc           *net.UnixConn
+	sfd          int
+	laddr, raddr net.Addr
+	rxPark       fdpark.Parker
+	rxFn         func(fd uintptr) bool // rxRead, made once
+	rx           rxMsg                 // rxRead's message
+	mine         *segment              // we consume its rings
+	peer         *segment              // we produce into its rings
+	peerQPN      uint32
+	pdata        []byte
+	ird          int
+	ord          int
+	rnr          uint8 // rnr_retry
 	// noDirect: peers never map our regions (Config.NoDirectAccess)
 	noDirect bool
 
@@ -82,6 +92,8 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 		exp:     exports{slots: make([]*export, mine.l.slots), offers: map[uint32]*export{}},
 		dying:   make(chan struct{}), done: make(chan struct{}), asideWake: make(chan struct{}, 1)}
 	c.blockFn = c.blockFD
+	c.rxFn = c.rxRead
+	c.sfd = -1
 	sq := ep.Attr().Cap.MaxSendWR
 	c.wait.acks = newAckRing(sq)
 	c.out.sqCap = sq
@@ -105,7 +117,15 @@ func (c *conn) start() error {
 		c.abort()
 		return err
 	}
-	c.raw = raw
+	if cerr := raw.Control(func(fd uintptr) { c.sfd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		c.abort()
+		return fmt.Errorf("shm: duplicating the connection's socket: %w", err)
+	}
+	c.laddr, c.raddr = c.uc.LocalAddr(), c.uc.RemoteAddr()
+	c.uc.Close() // (its registration in the netpoller goes; the socket stays, sfd's)
 	atomic.StoreUint32(c.mine.U32(offAccess), uint32(c.resp.Access()))
 	p := engine.ConnParams{IRD: uint8(c.ird), ORD: uint8(c.ord), RNRRetry: c.rnr,
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
@@ -123,6 +143,9 @@ func (c *conn) start() error {
 // abort undoes a connection that never started.
 func (c *conn) abort() {
 	c.uc.Close()
+	if c.sfd >= 0 {
+		unix.Close(c.sfd)
+	}
 	c.mine.Unmap()
 	c.peer.Unmap()
 	close(c.done)
@@ -151,8 +174,9 @@ func (c *conn) close(err error) {
 	c.once.Do(func() {
 		c.err = err
 		close(c.dying)
-		c.uc.Close()
-		c.park.Close() // a waiter blocked in the socket returns
+		unix.Shutdown(c.sfd, unix.SHUT_RDWR) // the peer sees the end; sfd is closed once nobody is inside
+		c.rxPark.Close()                     // the socket goroutine's read ends
+		c.park.Close()                       // a waiter blocked in the socket returns
 	})
 }
 
@@ -191,11 +215,10 @@ func (c *conn) rxLoop() {
 			}
 		}
 		c.sockMu.Lock()
-		msg, fds, err := readMsg(c.uc, buf, oob)
-		if errors.Is(err, os.ErrDeadlineExceeded) && !c.isDying() {
+		msg, fds, err := c.readSock(buf, oob)
+		if errors.Is(err, fdpark.ErrInterrupted) && !c.isDying() {
 			// kickRx: a poll saw a message coming and had this goroutine
 			// scheduled; it reads on. Or a Block made it step aside.
-			c.uc.SetReadDeadline(time.Time{})
 			if h := testHookRxDeadline.Load(); h != nil {
 				(*h)()
 			}
@@ -256,7 +279,7 @@ func (c *conn) kickRx() {
 	if h := atomic.LoadUint64(c.mine.U64(offSockMsgs)); h != c.sockSeen.Load() {
 		c.sockSeen.Store(h)
 		c.releaseRx()
-		c.uc.SetReadDeadline(time.Unix(1, 0))
+		c.rxPark.Interrupt()
 		runtime.Gosched()
 	}
 }
@@ -296,6 +319,7 @@ func (c *conn) teardown() {
 	for c.users.Load() != 0 {
 		time.Sleep(20 * time.Microsecond)
 	}
+	unix.Close(c.sfd) // the Parkers were closed (close) and let go of it
 	c.remotes.mu.Lock()
 	for _, m := range []map[uint32]*remote{c.remotes.rdma, c.remotes.srcs} {
 		for _, r := range m {
@@ -316,10 +340,74 @@ func (c *conn) teardown() {
 // already holds pokes.
 func (c *conn) poke() {
 	c.nPokes.Add(1)
-	c.raw.Write(func(fd uintptr) bool {
-		unix.Send(int(fd), []byte{msgPoke}, unix.MSG_DONTWAIT)
-		return true
-	})
+	if c.enter() { // (sfd is open while anyone is inside)
+		unix.Send(c.sfd, pokeMsg[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		c.leave()
+	}
+}
+
+var pokeMsg = [1]byte{msgPoke}
+
+// sendSock sends a message on the socket, waiting for room while the
+// peer's queue is full, until the connection ends.
+func (c *conn) sendSock(b, oob []byte) error {
+	if !c.enter() {
+		return ErrLocalDisconnect
+	}
+	defer c.leave()
+	for {
+		_, err := unix.SendmsgN(c.sfd, b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return err
+		}
+		if c.isDying() {
+			return ErrLocalDisconnect
+		}
+		// The socket is in no netpoller set for output (sfd): a rare wait,
+		// in the kernel, looking at the connection's end now and then.
+		unix.Poll([]unix.PollFd{{Fd: int32(c.sfd), Events: unix.POLLOUT}}, 20)
+	}
+}
+
+// rxMsg is what rxRead read.
+type rxMsg struct {
+	buf, oob []byte
+	n, oobn  int
+	err      error
+}
+
+// rxRead is the socket goroutine's read: one message, false while there
+// is none (the Parker waits for input).
+func (c *conn) rxRead(fd uintptr) bool {
+	r := &c.rx
+	for {
+		r.n, r.oobn, r.err = recvNB(int(fd), r.buf, r.oob)
+		if r.err != unix.EINTR {
+			return r.err != unix.EAGAIN
+		}
+	}
+}
+
+// readSock reads one message and the descriptors passed with it, as
+// readMsg does; fdpark.ErrInterrupted after rxPark.Interrupt.
+func (c *conn) readSock(buf, oob []byte) (msg []byte, fds []int, err error) {
+	c.rx = rxMsg{buf: buf, oob: oob}
+	if err := c.rxPark.WaitFD(c.sfd, c.rxFn); err != nil {
+		return nil, nil, err
+	}
+	r := &c.rx
+	if r.oobn > 0 {
+		fds = parseFds(oob[:r.oobn])
+	}
+	if r.err != nil {
+		closeFds(fds)
+		return nil, nil, r.err
+	}
+	if r.n == 0 {
+		closeFds(fds)
+		return nil, nil, errPeerClosed
+	}
+	return buf[:r.n], fds, nil
 }
 
 // Progress implements engine.Progressor: the application polls a CQ of the
@@ -367,11 +455,11 @@ func (c *conn) Block(w *engine.Waker) bool {
 		return false
 	}
 	if !c.aside.Swap(true) {
-		c.uc.SetReadDeadline(time.Unix(1, 0)) // out of its read (rxLoop)
+		c.rxPark.Interrupt() // out of its read (rxLoop)
 	}
 	c.bw, c.other = w, false
 	c.blocked.Store(true)
-	err := c.park.Wait(c.raw, c.blockFn)
+	err := c.park.WaitFD(c.sfd, c.blockFn)
 	c.blocked.Store(false)
 	other := c.other
 	c.bw, c.other = nil, false

@@ -134,7 +134,7 @@ func (x *Conn) SendMapping(offer bool, key uint32, fd int, n uint64, gen uint64)
 	binary.LittleEndian.PutUint32(rep[12:], uint32(verbs.AccessRemoteRead|verbs.AccessRemoteWrite))
 	binary.LittleEndian.PutUint64(rep[16:], gen)
 	binary.LittleEndian.PutUint64(rep[32:], n)
-	_, _, err := x.c.uc.WriteMsgUnix(rep[:], unix.UnixRights(fd), nil)
+	err := x.c.sendSock(rep[:], unix.UnixRights(fd))
 	return err
 }
 
@@ -257,3 +257,6 @@ func OnRxDeadline(f func()) (undo func()) {
 	testHookRxDeadline.Store(&f)
 	return func() { testHookRxDeadline.Store(nil) }
 }
+
+// SockFD returns the connection's socket.
+func (x *Conn) SockFD() int { return x.c.sfd }

@@ -70,7 +70,7 @@ func (c *conn) offered(lkey uint32) bool {
 	if e == nil {
 		return false
 	}
-	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
+	err := c.sendSock(rep[:], oob)
 	unix.Close(fd)
 	if err != nil {
 		c.fail(err)
@@ -101,7 +101,7 @@ func (c *conn) serveMap(msg []byte) {
 		}
 	}
 	rep, oob, fd, _ := c.exportMap(rkey, false)
-	_, _, err := c.uc.WriteMsgUnix(rep[:], oob, nil)
+	err := c.sendSock(rep[:], oob)
 	if fd >= 0 {
 		unix.Close(fd)
 	}

@@ -202,7 +202,7 @@ func (c *conn) askMap(rkey uint32) bool {
 		var b [8]byte
 		b[0] = msgMapReq
 		binary.LittleEndian.PutUint32(b[4:], rkey)
-		if _, err := c.uc.Write(b[:]); err != nil {
+		if err := c.sendSock(b[:], nil); err != nil {
 			c.fail(err)
 			return false
 		}
