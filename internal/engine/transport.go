@@ -71,7 +71,9 @@ type Progressor interface {
 // The requests of one PostSend list go through SendDirect one after the
 // other, under one hold of the lock, until one is declined (the rest are
 // queued). DirectEnd follows the last SendDirect or OneSided of a
-// PostSend (but a OneSided with last), the lock still held: what the calls
+// PostSend (but a OneSided with last, and a SEND's or SEND WITH
+// IMMEDIATE's SendDirect posted alone: a SEND must set up nothing that
+// DirectEnd would end), the lock still held: what the calls
 // set up once for the requests of a list (shm: the window its revocations
 // wait for) ends there, so that a list of small requests pays for it once
 // (the doorbell of a hardware queue). A request's data must have moved

@@ -82,7 +82,9 @@ func (c *conn) Send(w *engine.WQE) engine.Result {
 // ring has room and nothing is in progress, and an RDMA WRITE or READ on a
 // region of the peer's that is mapped here is carried out at once
 // (oneSidedDirect); anything else is declined. Declining must leave no
-// trace: the ordinary path then does everything.
+// trace: the ordinary path then does everything. A SEND opens no window
+// and leaves nothing for DirectEnd (engine's postSendOne does not call
+// it).
 func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
 	switch wr.Opcode {
 	case verbs.WRRDMAWrite:
