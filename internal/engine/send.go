@@ -409,7 +409,7 @@ func (q *QP) openGate(op verbs.WROpcode) bool {
 // nothing queued: postDirect's work without check's general switch, the
 // segment list and the list's loop (together some 350 instructions of an
 // 8-byte SEND's post, a third). It reports whether the request was
-// posted; DirectEnd is done, DirectDone is owed. Otherwise nothing
+// posted; DirectEnd is not owed, DirectDone is. Otherwise nothing
 // changed and the general path takes the request (and reports what is
 // wrong with it); q.mu is held.
 func (q *QP) postSendOne(wr *verbs.SendWR) bool {
@@ -445,7 +445,8 @@ func (q *QP) postSendOne(wr *verbs.SendWR) bool {
 	q.one[0] = src
 	ok, done := q.direct.SendDirect(w, wr, q.one[:], uint32(n))
 	q.one[0] = nil
-	q.direct.DirectEnd()
+	// No DirectEnd: a SEND's SendDirect sets up nothing for it to end (an
+	// interface call, some twenty instructions of an 8-byte SEND).
 	if !ok {
 		return false
 	}
@@ -886,7 +887,15 @@ func (q *QP) txResult(w *WQE, seq, kicks uint64, res Result) {
 }
 
 // retire moves finished requests, in posting order, into the send CQ; q.mu is held.
-func (q *QP) retire() {
+func (q *QP) retire() { q.retireTo(nil) }
+
+// retireTo is retire, with the array of a poll of the send CQ lent to
+// the transport's progress (ho, nil if none): a completion that may skip
+// the CQ's ring (Handoff.take) goes there, as a receive's does. A
+// signaled SEND's completion, pushed into the ring by the progress of a
+// poll that then popped it, paid two compare-and-swaps and some two
+// hundred instructions between them.
+func (q *QP) retireTo(ho *Handoff) {
 	for q.sq.head != q.sq.tail {
 		w := &q.sq.ring[q.sq.head&q.sq.mask]
 		if w.state != wqeDone {
@@ -897,7 +906,14 @@ func (q *QP) retire() {
 			q.capture(*h, w, true)
 		}
 		if w.signaled || w.status != verbs.WCSuccess {
-			wc := verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
+			// Written where it goes: the hand-off's entry, or a local
+			// one that push copies into the ring.
+			var local verbs.WC
+			wc := ho.take(q.scq)
+			if wc == nil {
+				wc = &local
+			}
+			*wc = verbs.WC{WRID: w.WR.WRID, Status: w.status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: q.num}
 			switch {
 			case w.status != verbs.WCSuccess:
 			case w.WR.Opcode == verbs.WRRDMARead:
@@ -905,7 +921,9 @@ func (q *QP) retire() {
 			case w.WR.Opcode == verbs.WRAtomicCmpAndSwp || w.WR.Opcode == verbs.WRAtomicFetchAndAdd:
 				wc.ByteLen = 8
 			}
-			q.scq.push(&wc, false)
+			if wc == &local {
+				q.scq.push(wc, false)
+			}
 		}
 		w.Data = nil
 		q.sq.head++
@@ -923,8 +941,8 @@ func (q *QP) retire() {
 	}
 }
 
-// complete is Requester.CompleteDeferred.
-func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus) bool {
+// complete is Requester.CompleteDeferred (and CompleteTo, with ho).
+func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus, ho *Handoff) bool {
 	q.mu.Lock()
 	status = faultStatus(w, status) // used only if w is still seq's
 	if status != verbs.WCSuccess && q.state == verbs.QPSErr {
@@ -950,7 +968,7 @@ func (q *QP) complete(w *WQE, seq uint64, status verbs.WCStatus) bool {
 	if status != verbs.WCSuccess && q.state != verbs.QPSErr {
 		q.enterErr()
 	}
-	q.retire()
+	q.retireTo(ho)
 	more := q.sq.next != q.sq.tail
 	q.mu.Unlock()
 	return more

@@ -71,7 +71,9 @@ type Progressor interface {
 // The requests of one PostSend list go through SendDirect one after the
 // other, under one hold of the lock, until one is declined (the rest are
 // queued). DirectEnd follows the last SendDirect or OneSided of a
-// PostSend (but a OneSided with last), the lock still held: what the calls
+// PostSend (but a OneSided with last, and a SEND's or SEND WITH
+// IMMEDIATE's SendDirect posted alone: a SEND must set up nothing that
+// DirectEnd would end), the lock still held: what the calls
 // set up once for the requests of a list (shm: the window its revocations
 // wait for) ends there, so that a list of small requests pays for it once
 // (the doorbell of a hardware queue). A request's data must have moved
@@ -300,7 +302,7 @@ func (r Requester) Sink(w *WQE, dst [][]byte) ([][]byte, verbs.WCStatus) {
 // stale request (flushed meanwhile, or its slot reused) is ignored. An
 // error status moves the QP to ERR.
 func (r Requester) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
-	if r.q.complete(w, seq, status) {
+	if r.q.complete(w, seq, status, nil) {
 		r.q.progress()
 	}
 }
@@ -311,7 +313,14 @@ func (r Requester) Complete(w *WQE, seq uint64, status verbs.WCStatus) {
 // goroutine uses it, since blocking it on the send side could deadlock two
 // peers.
 func (r Requester) CompleteDeferred(w *WQE, seq uint64, status verbs.WCStatus) bool {
-	return r.q.complete(w, seq, status)
+	return r.q.complete(w, seq, status, nil)
+}
+
+// CompleteTo is CompleteDeferred from a transport's Progress: ho is the
+// hand-off it was given, where a completion for the polled CQ may go
+// (as Responder.Deliver's do) instead of through the CQ's ring.
+func (r Requester) CompleteTo(w *WQE, seq uint64, status verbs.WCStatus, ho *Handoff) bool {
+	return r.q.complete(w, seq, status, ho)
 }
 
 // Transmit sends whatever the send queue can send now.

@@ -202,7 +202,11 @@ func (c *conn) peerNakStatus() (st verbs.WCStatus, ok bool) {
 // checkAcks completes the requests the peer has finished: by its head for
 // those that need no response, by its nak for the one it refused, and all
 // of them with RETRY_EXC_ERR when its QP failed.
-func (c *conn) checkAcks() {
+func (c *conn) checkAcks() { c.checkAcksTo(nil) }
+
+// checkAcksTo is checkAcks from a Progress: the completions may go into
+// the poll's hand-off ho (engine.Requester.CompleteTo).
+func (c *conn) checkAcksTo(ho *engine.Handoff) {
 	// Read in the reverse order of the peer's writes (nak status, nak
 	// position, state; head before all): what is seen of a later write
 	// implies the earlier ones.
@@ -267,7 +271,7 @@ out:
 	c.wait.sqMu.Unlock()
 	more := false
 	for _, d := range ds {
-		more = c.req.CompleteDeferred(d.w, d.seq, d.st) || more
+		more = c.req.CompleteTo(d.w, d.seq, d.st, ho) || more
 	}
 	c.wait.mu.Unlock()
 	if nakPos != 0 && !nakOK {

@@ -102,8 +102,7 @@ func newConn(ep engine.Endpoint, uc *net.UnixConn, mine, peer *segment, peerQPN 
 	c.in.resp.Init(&mine.Segment, ctlResp, l.respOff(), l.respSize, mine.key(ctlResp))
 	c.out.ring.Init(&peer.Segment, ctlReq, l.reqOff(), l.reqSize, peer.key(ctlReq))
 	c.in.respOut.Init(&peer.Segment, ctlResp, l.respOff(), l.respSize, peer.key(ctlResp))
-	c.out.words = winWords{win: mine.U64(offDirect), state: peer.U32(offState), nak: peer.U64(offNakPos),
-		access: peer.U32(offAccess), ird: peer.U32(offIRD)}
+	c.out.words = winWords{win: mine.U64(offDirect), ver: peer.U64(offVer)}
 	// Until the application polls, ask to be poked.
 	atomic.StoreUint32(c.in.req.C.Sleep, 1)
 	atomic.StoreUint32(c.in.resp.C.Sleep, 1)
@@ -136,6 +135,7 @@ func (c *conn) start() error {
 	}
 	atomic.StoreUint32(c.mine.U32(offAccess), uint32(c.resp.Access()))
 	atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(c.resp.MinRNRTimer()))
+	c.mine.moved()
 	go c.rxLoop()
 	return nil
 }
@@ -656,7 +656,7 @@ func (c *conn) progressPoke(ho *engine.Handoff) bool {
 	}
 	if acks && c.outstanding() {
 		if atomic.LoadUint64(c.out.ring.C.Head) != c.wait.ackHead.Load() || c.peerStopped() {
-			c.checkAcks()
+			c.checkAcksTo(ho)
 		}
 		if atomic.LoadUint64(c.peer.U64(offRNRPos)) != 0 {
 			c.checkRNR()
@@ -687,6 +687,7 @@ func (c *conn) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask, from, to verbs.
 	if mask&(verbs.QPAttrAccessFlags|verbs.QPAttrMinRNRTimer) != 0 && c.enter() {
 		if mask&verbs.QPAttrAccessFlags != 0 {
 			atomic.StoreUint32(c.mine.U32(offAccess), uint32(attr.QPAccessFlags))
+			c.mine.moved() // the peer's direct window checks them again
 		}
 		if mask&verbs.QPAttrMinRNRTimer != 0 {
 			atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(attr.MinRNRTimer))
@@ -714,6 +715,7 @@ func (c *conn) Shutdown(destroyed bool) {
 	if c.enter() {
 		c.publishAckable() // what we consumed was executed: the peer must see it before our failure
 		atomic.StoreUint32(c.mine.U32(offState), stateErr)
+		c.mine.moved()
 		c.leave()
 		c.poke()
 	}

@@ -201,6 +201,7 @@ func (x *Conn) RefuseNext(st uint32) {
 	c.in.mu.Lock()
 	atomic.StoreUint32(c.mine.U32(offNakSt), st)
 	atomic.StoreUint64(c.mine.U64(offNakPos), c.in.req.Head+1)
+	c.mine.moved()
 	c.in.mu.Unlock()
 	c.poke()
 }

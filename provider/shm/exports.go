@@ -211,7 +211,9 @@ var errPeerHolds = errors.New("shm: peer did not release a revoked region")
 // peer's direct window (oneSidedDirect), if it is open once the slot is
 // cleared: the CAS that clears it is a full fence, so the peer's window,
 // read after it, is open if a request of the peer's may have found the
-// region still exported; it is over once the count moves on.
+// region still exported, or found our version (offVer), bumped between
+// the two, unmoved and so not looked at the slot; it is over once the
+// count moves on.
 func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 	c.exp.mu.Lock()
 	defer c.exp.mu.Unlock()
@@ -225,6 +227,10 @@ func (c *conn) revoke(e *export) (wait func(deadline time.Time)) {
 			break
 		}
 	}
+	// The version moves after the slot and before the window is read:
+	// a peer's window that skips its checks because it found the
+	// version unmoved (sender.live) is one this read sees open.
+	c.mine.moved()
 	win := c.peer.U64(offDirect)
 	w0 := atomic.LoadUint64(win)
 	return func(deadline time.Time) {

@@ -674,6 +674,56 @@ func TestHandoffOrder(t *testing.T) {
 	}
 }
 
+// TestSendHandoffOrder: the send completions that a poll's progress
+// makes go into the poll's array (engine.Handoff) while its CQ is empty,
+// the rest through the ring behind them: signaled SENDs among unsignaled
+// ones complete in order, one by one or in batches.
+func TestSendHandoffOrder(t *testing.T) {
+	leakcheck.Check(t)
+	a, b, _, _ := pairOn(t, true, 64<<10)
+	for _, batch := range []int{1, 3, 8} {
+		for i := range 16 {
+			b.MustPostRecv(t, b.Recv(uint64(i), i*64, 64))
+		}
+		wc := make([]verbs.WC, batch)
+		if n, err := a.SendCQ.Poll(wc); n != 0 || err != nil {
+			t.Fatalf("poll before the sends: %d %v", n, err)
+		}
+		for i := range 16 {
+			w := a.Send(uint64(100*batch+i), i*8, 8)
+			if i%3 == 1 {
+				w.Flags = 0
+			}
+			a.MustPostSend(t, w)
+		}
+		conformance.PollN(t, b.RecvCQ, 16) // consumed: every acknowledgement is there to take
+		var want []uint64
+		for i := range 16 {
+			if i%3 != 1 {
+				want = append(want, uint64(100*batch+i))
+			}
+		}
+		next := 0
+		deadline := time.Now().Add(10 * time.Second)
+		for next < len(want) {
+			n, err := a.SendCQ.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range wc[:n] {
+				if next == len(want) {
+					t.Fatalf("batch %d: completion %d more than the signaled SENDs", batch, w.WRID)
+				}
+				conformance.ExpectWC(t, w, want[next], verbs.WCSuccess, verbs.WCSend)
+				next++
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("batch %d: %d of %d SENDs completed", batch, next, len(want))
+			}
+		}
+	}
+}
+
 // TestRetiredSegmentsUnmapped: a closed connection's segments are retired
 // (their pages replaced in place, see segment.retire) and the placeholders
 // are unmapped once the connection is garbage: connecting and closing again

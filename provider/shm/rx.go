@@ -194,6 +194,7 @@ func (c *conn) nak(st verbs.WCStatus) int {
 	atomic.StoreUint32(c.mine.U32(offNakSt), uint32(st))
 	ring.RaceRelease()
 	atomic.StoreUint64(c.mine.U64(offNakPos), c.in.req.Head+1)
+	c.mine.moved() // the peer's direct window stops
 	c.in.stopped.Store(true)
 	return stop
 }

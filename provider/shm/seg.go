@@ -19,6 +19,7 @@ import (
 //	512   nak position, nak status, RNR position   (owner writes, peer reads)
 //	576   QP state, IRD, access flags, min_rnr_timer (owner writes, peer reads)
 //	592   the stamp keys of the request and response rings (owner writes at creation)
+//	608   the owner's version: moves on after any change of the words the peer's direct window checks (owner adds, peer reads)
 //	640   socket messages the peer sent that want handling (peer adds, owner reads)
 //	704   the owner's direct window: odd while its PostSend may copy in the peer's regions (owner writes, peer reads)
 //	4096  export slots, 8 bytes each
@@ -34,6 +35,13 @@ const (
 	offAccess = 584
 	offMinRNR = 588 // min_rnr_timer
 	offKeys   = 592 // the stamp keys of the request and response rings (owner writes at creation)
+	// offVer is the owner's version of what the peer's direct window
+	// checks (its state, NAK position, access flags and IRD, and its
+	// export slots): the owner adds one after each change of them, so a
+	// peer that finds it where it was when those checks last passed need
+	// not make them again (sender.live). Never zero while the segment
+	// lives (a retired segment reads zero: it has moved).
+	offVer = 608
 	// offSockMsgs counts the socket messages the peer sent that ask for
 	// handling (mapping requests, answers and offers), so that an owner
 	// that busy-polls notices them without reading the socket (kickRx).
@@ -83,6 +91,7 @@ func newSegment(l layout) (*segment, int, error) {
 	for i := range 2 {
 		*s.U64(offKeys + 8*i) = rand.Uint64() | 1
 	}
+	*s.U64(offVer) = 1
 	// Until the application polls, the owner asks to be poked: from the
 	// start, since the peer may publish as soon as it has mapped the
 	// segment, before the owner's newConn. (Set there only, a listener's
@@ -110,6 +119,11 @@ func mapSegment(fd int, l layout) (*segment, error) {
 func (s *segment) key(ctl int) uint64 { return atomic.LoadUint64(s.U64(offKeys + 8*(ctl/ctlResp))) }
 
 func (s *segment) slot(i int) *uint64 { return s.U64(offSlots + 8*i) }
+
+// moved bumps the owner's version (offVer), after a change of a word the
+// peer's direct window checks: an atomic add, ordered after the change
+// (and, for a revocation, before its read of the peer's window).
+func (s *segment) moved() { atomic.AddUint64(s.U64(offVer), 1) }
 
 // Record kinds and flags (ring.Rec's Kind and Flags).
 const (

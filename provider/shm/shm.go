@@ -37,7 +37,11 @@
 // PostSend instead, in a window the initiator opens in its own segment
 // and the deregistration waits for (a Dekker handshake with the slot: one
 // atomic instruction per PostSend, none on the target's side), and keep
-// the region's mapping held between PostSends.
+// the region's mapping held between PostSends. Their checks of what the
+// target can change (its QP's state and access flags, the slot) stand
+// until a version word in the target's segment moves: the target bumps
+// it after each such change, a deregistration between clearing the slot
+// and reading the initiator's window.
 // An access that fails those checks is not made: it goes the other way,
 // below, so that the target reports it as it would any remote error. Until
 // the mapping arrives, requests of up to 64 KiB go that way too (larger

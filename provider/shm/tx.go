@@ -25,10 +25,14 @@ type sender struct {
 	// accesses that its own checks allow (dStatic) and that the open
 	// window's checks allowed (dLive: such a request needs only its bounds
 	// checked); the window count (offDirect, our copy: the peer may write
-	// the shared word), and whether a window is open.
+	// the shared word), and whether a window is open. dOK is the accesses
+	// whose live checks passed when the peer's version (offVer) was dVer:
+	// while it stays there, a window need not read what they read.
 	dHeld   *remote
 	dStatic verbs.AccessFlags
 	dLive   verbs.AccessFlags
+	dOK     verbs.AccessFlags
+	dVer    uint64
 	dWin    uint64
 	dOpen   bool
 	words   winWords
@@ -47,15 +51,11 @@ type sender struct {
 
 // winWords are the segments' words that every window of OneSided reads
 // or writes, resolved once: through the segments, each was a bounds check
-// and three loads (a tenth of an 8-byte WRITE's instructions for the
-// five). A segment stays mapped memory once retired (its words then read
-// as zeros), so they stay valid for the connection's life.
+// and three loads. A segment stays mapped memory once retired (its words
+// then read as zeros), so they stay valid for the connection's life.
 type winWords struct {
-	win    *uint64 // ours: offDirect
-	state  *uint32 // the peer's: offState, offNakPos, offAccess, offIRD
-	nak    *uint64
-	access *uint32
-	ird    *uint32
+	win *uint64 // ours: offDirect
+	ver *uint64 // the peer's: offVer
 }
 
 // txState is how far Send got with a request it had to stall.
@@ -82,7 +82,9 @@ func (c *conn) Send(w *engine.WQE) engine.Result {
 // ring has room and nothing is in progress, and an RDMA WRITE or READ on a
 // region of the peer's that is mapped here is carried out at once
 // (oneSidedDirect); anything else is declined. Declining must leave no
-// trace: the ordinary path then does everything.
+// trace: the ordinary path then does everything. A SEND opens no window
+// and leaves nothing for DirectEnd (engine's postSendOne does not call
+// it).
 func (c *conn) SendDirect(w *engine.WQE, wr *verbs.SendWR, payload [][]byte, n uint32) (out, done bool) {
 	switch wr.Opcode {
 	case verbs.WRRDMAWrite:
@@ -220,12 +222,12 @@ func (c *conn) OneSided(wr *verbs.SendWR, local []byte, last bool) bool {
 		return c.oneSidedSlow(wr, local, need, last)
 	}
 	if o.dLive&need == 0 {
-		// live's checks, read after the window opened, for the window's
-		// first request of the kind.
-		if c.closing.Load() || atomic.LoadUint32(o.words.state) == stateErr || atomic.LoadUint64(o.words.nak) != 0 ||
-			verbs.AccessFlags(atomic.LoadUint32(o.words.access))&need == 0 ||
-			need == verbs.AccessRemoteRead && atomic.LoadUint32(o.words.ird) == 0 ||
-			o.ring.Tail != o.ring.Head || !r.exported() || r.refs.Load()&remDead != 0 {
+		// The window's first request of the kind: live's checks, when
+		// the peer's version, read after the window opened, has moved
+		// since they last passed (or ours may have changed: closing, the
+		// ring, the mapping); else they stand.
+		if o.dOK&need == 0 || atomic.LoadUint64(o.words.ver) != o.dVer || c.closing.Load() ||
+			o.ring.Tail != o.ring.Head || r.refs.Load()&remDead != 0 {
 			return c.oneSidedSlow(wr, local, need, last)
 		}
 		o.dLive |= need
@@ -356,7 +358,22 @@ func (c *conn) holdRegion(rkey uint32, need verbs.AccessFlags) *remote {
 // handshake's): once they pass, the rest of the window's requests of the
 // kind on r need only their bounds checked (they hold for a list as they
 // would for one request).
+//
+// Those that read the peer's words (its state, NAK, access flags, IRD,
+// and the slot: the handshake's check) stand until the peer's version
+// moves (offVer; the peer bumps it after changing any of them, and
+// revoke after clearing a slot, before it reads our window). The version
+// is read first, after the window opened: a change after the read moves
+// it past the value recorded here, and the next window checks again. A
+// version found unmoved stands for the slot's check in the handshake:
+// the revocation that bumps it afterwards reads our window open.
 func (c *conn) live(r *remote, need verbs.AccessFlags) bool {
+	o := &c.out
+	v := atomic.LoadUint64(o.words.ver)
+	if o.dOK&need == need && v == o.dVer && !c.closing.Load() && o.ring.Tail == o.ring.Head && r.refs.Load()&remDead == 0 {
+		o.dLive |= need
+		return true
+	}
 	if c.closing.Load() || c.peerStopped() ||
 		verbs.AccessFlags(atomic.LoadUint32(c.peer.U32(offAccess)))&need != need ||
 		need != verbs.AccessRemoteWrite && atomic.LoadUint32(c.peer.U32(offIRD)) == 0 {
@@ -374,7 +391,11 @@ func (c *conn) live(r *remote, need verbs.AccessFlags) bool {
 		c.dropHeld()
 		return false
 	}
-	c.out.dLive |= need
+	if v != o.dVer {
+		o.dVer, o.dOK = v, 0 // what passed before was checked at another version
+	}
+	o.dOK |= need
+	o.dLive |= need
 	return true
 }
 
@@ -382,7 +403,7 @@ func (c *conn) live(r *remote, need verbs.AccessFlags) bool {
 func (c *conn) dropHeld() {
 	if r := c.out.dHeld; r != nil {
 		c.out.dHeld = nil
-		c.out.dStatic, c.out.dLive = 0, 0
+		c.out.dStatic, c.out.dLive, c.out.dOK = 0, 0, 0
 		c.out.lane.Mem, c.out.lane.Need = nil, 0 // no longer ours to lend
 		r.drop()
 	}

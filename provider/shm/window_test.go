@@ -170,3 +170,82 @@ func TestDirectWriteReadAllocateNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectChecksSeePeerChanges: the direct path's checks of what the
+// peer can change (its QP's access flags and state, its export of the
+// region) stand from one PostSend to the next only while the peer's
+// version is unmoved; each change moves it, so a request posted alone
+// right after the change, on the region the earlier ones went to
+// directly, is refused as the peer refuses it, and places nothing.
+func TestDirectChecksSeePeerChanges(t *testing.T) {
+	cases := []struct {
+		name   string
+		op     verbs.WROpcode
+		change func(t *testing.T, b *conformance.Side, win *verbs.MR)
+		want   verbs.WCStatus
+	}{
+		{"access-write", verbs.WRRDMAWrite, func(t *testing.T, b *conformance.Side, _ *verbs.MR) {
+			modifyAccess(t, b.QP, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+		}, verbs.WCRemAccessErr},
+		{"access-read", verbs.WRRDMARead, func(t *testing.T, b *conformance.Side, _ *verbs.MR) {
+			modifyAccess(t, b.QP, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		}, verbs.WCRemAccessErr},
+		{"dereg", verbs.WRRDMAWrite, func(t *testing.T, _ *conformance.Side, win *verbs.MR) {
+			if err := win.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+		}, verbs.WCRemAccessErr},
+		{"peer-err", verbs.WRRDMAWrite, func(t *testing.T, b *conformance.Side, _ *verbs.MR) {
+			if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+				t.Fatal(err)
+			}
+		}, verbs.WCRetryExcErr},
+	}
+	for _, tc := range cases {
+		for _, td := range []bool{false, true} {
+			t.Run(tc.name+map[bool]string{false: "/lock", true: "/td"}[td], func(t *testing.T) {
+				leakcheck.Check(t)
+				a, b, ca, _ := pairOnTD(t, true, 64<<10, td)
+				x := ca.(*shm.Conn)
+				win, err := b.PD.RegMR(b.Buf[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { win.Dereg() })
+				wcOp := map[verbs.WROpcode]verbs.WCOpcode{verbs.WRRDMAWrite: verbs.WCRDMAWrite, verbs.WRRDMARead: verbs.WCRDMARead}[tc.op]
+				mapDirect(t, a, x, win)
+				// Posted alone, each a window of its own: the first of
+				// the kind checks, the next ones find the version unmoved.
+				conformance.Fill(b.Buf[4096:8192], 2)
+				for i := range 3 {
+					p0 := x.PostedOneSided()
+					a.MustPostSend(t, wr(uint64(1+i), tc.op, a.MR.SGE(0, 8), win.RemoteAddr(0), win.RKey()))
+					conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), uint64(1+i), verbs.WCSuccess, wcOp)
+					if x.PostedOneSided() == p0 {
+						t.Fatalf("request %d did not go out directly", i)
+					}
+				}
+				tc.change(t, b, win)
+				conformance.Fill(a.Buf[:8], 7)
+				before := append([]byte(nil), b.Buf[4096:4104]...)
+				p0 := x.PostedOneSided()
+				a.MustPostSend(t, wr(9, tc.op, a.MR.SGE(0, 8), win.RemoteAddr(0), win.RKey()))
+				conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 9, tc.want, 0)
+				if got := x.PostedOneSided() - p0; got != 0 {
+					t.Fatalf("the request after the change went out directly (%d)", got)
+				}
+				if !bytes.Equal(b.Buf[4096:4104], before) {
+					t.Fatalf("the refused request placed its data: %x", b.Buf[4096:4104])
+				}
+			})
+		}
+	}
+}
+
+// modifyAccess sets a QP's access flags (RTS to RTS).
+func modifyAccess(t *testing.T, q *verbs.QP, acc verbs.AccessFlags) {
+	t.Helper()
+	if err := q.Modify(&verbs.QPAttr{QPAccessFlags: acc}, verbs.QPAttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+}
