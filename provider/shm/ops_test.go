@@ -435,9 +435,23 @@ func TestDirectOneSided(t *testing.T) {
 	postedOneSided := ca.(interface{ PostedOneSided() uint64 }).PostedOneSided
 	conformance.Fill(a.Buf[:96<<10], 5)
 	raddr, rkey := b.MR.RemoteAddr(0), b.MR.RKey()
-	// The first WRITE asks for the mapping (the ordinary path).
+	// The first WRITE asks for the mapping (the ordinary path). Its
+	// answer comes over the socket, apart from the WRITE's completion:
+	// wait for it.
 	a.MustPostSend(t, wr(1, verbs.WRRDMAWrite, a.MR.SGE(0, 64), raddr, rkey))
 	conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
+	mapped := ca.(interface{ Mapped(uint32) (bool, bool) }).Mapped
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if answered, ok := mapped(rkey); answered {
+			if !ok {
+				t.Fatal("the peer did not map its region for us")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no answer to the mapping request")
+		}
+	}
 
 	// Unsignaled WRITEs from SGEs and inline, then a signaled one.
 	p0 := postedOneSided()
