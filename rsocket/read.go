@@ -29,6 +29,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	var w waitState
+	if c.rd.spin == 0 {
+		// No spin: arm before the first look, which is then the look
+		// before the wait (the second poll of the spin's way finds
+		// nothing the first did not).
+		w.blocking = true
+	}
 	for {
 		w.arm(&c.rd)
 		c.mu.Lock()
@@ -172,15 +178,17 @@ func (w *waitState) done(d *direction) {
 	if w.timed {
 		d.nudge.Stop()
 	}
+	if w.blocking {
+		d.wc.disarm()
+	}
 	if w.i == 0 {
-		return
+		return // no wait: nothing learnt
 	}
 	if !w.blocking {
 		d.long = 0
 		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 		return
 	}
-	d.wc.disarm()
 	if time.Since(w.start) < max(longWait, 2*d.maxSpin) {
 		d.long = 0
 	} else if d.long < longWaits {
@@ -235,6 +243,9 @@ func (c *Conn) block(d *direction, w *waitState) error {
 	}
 	if d.expired() {
 		return os.ErrDeadlineExceeded
+	}
+	if w.i == 0 { // armed from the start (Read with no spin)
+		w.i, w.start = 1, time.Now()
 	}
 	if c.msgSend && !w.timed {
 		w.timed = true
