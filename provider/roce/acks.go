@@ -27,6 +27,25 @@ import (
 // once, and a reply that overtakes the ACK stalls it. Other requests
 // (WRITE, READ, atomics) make no completion at the peer that the ACK could
 // come after: they keep the ACK's deferral past them.
+//
+// The first packet of a SEND or WRITE of several packets is acknowledged
+// too, though it does not ask (AckReq), for the requester's timer. Linux
+// rxe's requester (6.1) arms its retransmission timer when it sends a
+// packet and none runs, and never stops it: neither an ACK that leaves
+// nothing outstanding nor a new request does; only an ACK it handles
+// while packets are outstanding puts it off by a whole timeout. Answered
+// once per message, at its last packet, the timer runs out one timeout
+// after it was armed however quick every ACK is, and if a message is on
+// its way then, rxe resends all of it (its completer_retry_err counter:
+// a few per 64 KiB send_lat run, with the 2.1 s timeout rdma_cm's
+// connection gives it). The resend is harmless to the transport (a
+// duplicate, acknowledged again) but holds the message's send completion
+// back until the ACK of its resent last packet, after the peer's next
+// request may have completed at rxe; perftest's send_lat -e, which polls
+// the CQ of the event it expects once per event, then loses step. The
+// ACK of the first packet comes while the rest is on its way and puts the
+// timer off each message, so that a busy connection no longer lets it
+// run out. (rxe asks for an ACK every 64 packets of a longer message.)
 
 // ackRec is a deferred ACK: what it says and where it goes.
 type ackRec struct {

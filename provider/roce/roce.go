@@ -42,7 +42,8 @@
 // reliable connection as rxe implements it: SEND, WRITE (with immediate
 // and invalidate), READ and the atomics cut into packets of the path MTU,
 // 24-bit PSNs, ACKs coalesced and requested (AckReq) at the end of each
-// message and every ackEvery packets, duplicate detection (re-ACK, reads
+// message and every ackEvery packets (and given, unasked, for the first
+// packet of a longer message: see acks.go), duplicate detection (re-ACK, reads
 // re-executed, atomics answered from a cache), go-back-N on a sequence NAK
 // or the local ACK timeout (4.096 µs × 2^timeout) within retry_cnt, RNR
 // NAK with its timer and rnr_retry (7: for ever), IRD/ORD, and the
