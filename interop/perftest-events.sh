@@ -89,7 +89,8 @@ for D in $DEVS; do
 			N=$(iters "$T"); E=$(ptev "$T")
 			[ "$D" = rxe0 ] && free_roce
 			# goverbs client -> perftest server
-			"$LAB" exec "rm -f /tmp/pt-ev-$PORT.log; (timeout 90 ib_$T -R $E -d $D -p $PORT -s $S -n $N > /tmp/pt-ev-$PORT.log 2>&1; echo rc=\$? >> /tmp/pt-ev-$PORT.log) & echo \$! > /tmp/pt-ev-$PORT.pid" >/dev/null
+			# (the pid is timeout's, which passes a kill on to perftest)
+			"$LAB" exec "rm -f /tmp/pt-ev-$PORT.log; (timeout 90 ib_$T -R $E -d $D -p $PORT -s $S -n $N > /tmp/pt-ev-$PORT.log 2>&1 & echo \$! > /tmp/pt-ev-$PORT.pid; wait \$!; echo rc=\$? >> /tmp/pt-ev-$PORT.log) >/dev/null 2>&1 &" >/dev/null
 			"$LAB" exec "for i in \$(seq 150); do ss -ltn | grep -q ':$PORT ' && exit 0; sleep 0.1; done; exit 1" >/dev/null
 			"$LAB" host "timeout 90 $BIN/goverbs perf $T -R -e $GV -p $PORT -s $S -n $N $GUEST" >"$BIN/host.log" 2>&1
 			rc=$?
