@@ -19,7 +19,9 @@
 // source port of its own (one of eight sockets on ephemeral ports, chosen
 // by its QPN for its life, as rxe derives a port from the QPN), so that
 // ECMP spreads a host's flows and keeps each in order; CM datagrams and
-// coalesced ACKs leave from 4791.
+// coalesced ACKs leave from 4791, but for the ACK that goes ahead of a
+// QP's request (see acks.go), which leaves with it, in its system call,
+// from the QP's port (as rxe sends all of a QP's packets from its port).
 //
 // Packets go out with DF set and a predictable IPv4 identification (an
 // unconnected socket with IP_PMTUDISC_DO sends 0), which their ICRC
