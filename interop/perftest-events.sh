@@ -43,11 +43,10 @@
 # (one entry: a kprobe on rxe_cq_post saw -EBUSY) and was lost with its
 # event. The first packet's ACK puts rxe's timer off each message
 # (provider/roce/acks.go): since, no resend while goverbs ran in 45 runs
-# of this case, and
-# one hang, without a resend or an overflow (cause not found; the run
-# before it had left a hung perftest running in the guest, which the
-# script now stops), against 4 hangs in 39 runs before; the other role
-# passed 25 of 25 (one resend in all). perftest -e over rxe still hangs
+# of this case, and one hang, without a resend or an overflow (cause not
+# found; the run before it had left a hung perftest running in the guest,
+# which this script now stops), against 4 hangs in 39 runs before; the
+# other role passed 25 of 25 (one resend in all). perftest -e over rxe still hangs
 # the same way wherever one of its send completions is late (a real loss,
 # a real ACK timeout). The lab is shared: this script leaves it running,
 # never stops or restarts it, and ends only the perftest process it
