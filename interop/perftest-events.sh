@@ -46,11 +46,11 @@
 # of this case, and one hang, without a resend or an overflow (cause not
 # found; the run before it had left a hung perftest running in the guest,
 # which this script now stops), against 4 hangs in 39 runs before; the
-# other role passed 25 of 25 (one resend in all). perftest -e over rxe still hangs
-# the same way wherever one of its send completions is late (a real loss,
-# a real ACK timeout). The lab is shared: this script leaves it running,
-# never stops or restarts it, and ends only the perftest process it
-# started, by its id.
+# other role passed 25 of 25 (one resend in all). perftest -e over rxe
+# still hangs the same way wherever one of its send completions is late
+# (a real loss, a real ACK timeout). The lab is shared: this script
+# leaves it running, never stops or restarts it, and ends only the
+# perftest process it started, by its id.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
