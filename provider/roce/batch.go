@@ -198,7 +198,7 @@ func (b *batch) startICRC(d *device, to netip.Addr, n int, hdr []byte, i int) ui
 // flush sends what the batch holds.
 func (b *batch) flush(d *device) {
 	if b.n == 0 {
-		b.sendPre(d)
+		b.flushPre(d)
 		return
 	}
 	if b.sa.n == 0 || b.sa.addrPort().Addr() != b.to {
@@ -222,7 +222,7 @@ func (b *batch) flush(d *device) {
 		// (else the ACK alone, if it did not go, waiting for room; and
 		// the batch its own way)
 	}
-	b.sendPre(d)
+	b.flushPre(d)
 	if fault == nil && (b.n == 1 || !d.noGSO.Load()) {
 		err := d.write(b, nil)
 		if b.n == 1 && err != nil {
@@ -291,8 +291,8 @@ func (b *batch) sentGSO(d *device) {
 	b.reset()
 }
 
-// sendPre sends the packet ahead of the batch (pre) alone, if there is one.
-func (b *batch) sendPre(d *device) {
+// flushPre sends the packet ahead of the batch (pre) alone, if there is one.
+func (b *batch) flushPre(d *device) {
 	if len(b.pre) == 0 {
 		return
 	}
