@@ -42,7 +42,7 @@
 # lost step as above, and its next send completion overflowed the send CQ
 # (one entry: a kprobe on rxe_cq_post saw -EBUSY) and was lost with its
 # event. The first packet's ACK puts rxe's timer off each message
-# (provider/roce/acks.go): since, no resend while goverbs ran in 45 runs
+# (provider/roce/acks.go): since, no resend while goverbs ran in 61 runs
 # of this case, and one hang, without a resend or an overflow (cause not
 # found; the run before it had left a hung perftest running in the guest,
 # which this script now stops), against 4 hangs in 39 runs before; the
