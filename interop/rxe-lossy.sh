@@ -23,6 +23,10 @@
 # The two roles of one size run back to back. Every case must pass (rping
 # exits 0 on the guest, goverbs ping 0 on the host) within the deadline;
 # the exit status is non-zero otherwise.
+#
+# Known failures: none (2026-11-28, LOSS="1 5" SIZES="64 65535" COUNT=100:
+# 8 of 8 passed, 9 to 1032 drops a case, goverbs client / rxe client 0.67x
+# to 1.10x).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}

@@ -54,6 +54,13 @@ type batch struct {
 	parts  [][]byte // addRef's payload pieces (reused)
 	held   []byte   // a packet a wire fault holds back (reorder), with its ICRC
 	heldTo netip.Addr
+	// pre is a packet (an ACK, with its ICRC) that goes before the batch's
+	// packets, in the same system call (sendmmsg) when there are any;
+	// preBuf holds it.
+	pre    []byte
+	preTo  netip.Addr
+	preBuf [ib.BTHLen + ib.AETHLen + ib.ICRCLen]byte
+	pmsg   preMsg
 }
 
 // Wire faults, for tests of the transport's recovery: a function that
@@ -191,12 +198,31 @@ func (b *batch) startICRC(d *device, to netip.Addr, n int, hdr []byte, i int) ui
 // flush sends what the batch holds.
 func (b *batch) flush(d *device) {
 	if b.n == 0 {
+		b.flushPre(d)
 		return
 	}
 	if b.sa.n == 0 || b.sa.addrPort().Addr() != b.to {
 		b.sa.set(netip.AddrPortFrom(b.to, ib.UDPPort))
 	}
 	fault := faults.Get()
+	if fault == nil && len(b.pre) > 0 && b.preTo == b.to && (b.n == 1 || !d.noGSO.Load()) {
+		// The ACK and the packets in one system call.
+		sent, _ := d.writePre(b)
+		if sent > 0 {
+			if captureFn.Get() != nil {
+				b.captured(d, 0, b.pre)
+			}
+			d.stats.Sent.Add(1)
+			b.pre = nil
+		}
+		if sent == 2 {
+			b.sentGSO(d)
+			return
+		}
+		// (else the ACK alone, if it did not go, waiting for room; and
+		// the batch its own way)
+	}
+	b.flushPre(d)
 	if fault == nil && (b.n == 1 || !d.noGSO.Load()) {
 		err := d.write(b, nil)
 		if b.n == 1 && err != nil {
@@ -204,14 +230,7 @@ func (b *batch) flush(d *device) {
 		}
 		switch err {
 		case nil:
-			if captureFn.Get() != nil {
-				var r vecReader
-				for i := 0; i < b.n; i++ {
-					b.captured(d, uint16(i), r.next(b, min(b.seg, b.size-r.done)))
-				}
-			}
-			d.stats.Sent.Add(uint64(b.n))
-			b.reset()
+			b.sentGSO(d)
 			return
 		case unix.EINVAL, unix.EIO, unix.ENOPROTOOPT, unix.EOPNOTSUPP:
 			d.noGSO.Store(true) // the kernel cannot: one by one from now on
@@ -258,6 +277,49 @@ func (b *batch) flush(d *device) {
 		}
 	}
 	b.reset()
+}
+
+// sentGSO accounts for the batch sent whole, and empties it.
+func (b *batch) sentGSO(d *device) {
+	if captureFn.Get() != nil {
+		var r vecReader
+		for i := 0; i < b.n; i++ {
+			b.captured(d, uint16(i), r.next(b, min(b.seg, b.size-r.done)))
+		}
+	}
+	d.stats.Sent.Add(uint64(b.n))
+	b.reset()
+}
+
+// flushPre sends the packet ahead of the batch (pre) alone, if there is one.
+func (b *batch) flushPre(d *device) {
+	if len(b.pre) == 0 {
+		return
+	}
+	var sa sockaddr
+	sa.set(netip.AddrPortFrom(b.preTo, ib.UDPPort))
+	pre := b.pre
+	b.pre = nil
+	if captureFn.Get() != nil {
+		sport := uint16(ib.UDPPort)
+		if b.src != nil {
+			sport = b.src.port
+		}
+		d.captured(netip.AddrPortFrom(d.addr, sport), netip.AddrPortFrom(b.preTo, ib.UDPPort), 0, pre)
+	}
+	s := b.src
+	if s == nil {
+		s = &d.tx
+	}
+	s.Lock()
+	err := s.write(nil, pre, &sa, true) // an ACK waits for room (as flushACKs')
+	s.Unlock()
+	if err != nil {
+		d.stats.SendFail.Add(1)
+		return
+	}
+	d.stats.Writes.Add(1)
+	d.stats.Sent.Add(1)
 }
 
 // vecReader reads a batch's packets from its pieces.

@@ -407,6 +407,13 @@ func (d *device) blockFD(fd uintptr) bool {
 			d.stats.Received.Add(1)
 			d.receive(d.rx.buf[off:min(off+seg, n)], from, nil)
 		}
+		if !w.Idle() {
+			// The wait is over: what else the socket holds is the next
+			// poll's (each datagram that arrives is an edge of its own,
+			// so nothing is lost by leaving it), and the read that would
+			// find the socket empty is saved.
+			break
+		}
 	}
 	d.rx.Unlock()
 	if !w.Idle() {
@@ -571,6 +578,33 @@ func (d *device) write(b *batch, pkt []byte) error {
 		d.stats.Writes.Add(1)
 	}
 	return err
+}
+
+// writePre sends batch b's pre and then all of b (UDP GSO) with one system
+// call from b's socket, without waiting for room in it; it returns how
+// many of the two went.
+func (d *device) writePre(b *batch) (int, error) {
+	s := b.src
+	if s == nil {
+		s = &d.tx
+	}
+	s.Lock()
+	defer s.Unlock()
+	sock := s.sock
+	if sock == nil || !sock.acquire() {
+		return 0, net.ErrClosed
+	}
+	defer sock.release()
+	raceRelease()
+	seg := b.seg
+	if b.n == 1 {
+		seg = 0
+	}
+	sent, err := sendPre(sock.fd, b.pre, b.vec, seg, &b.sa, &b.msg, &b.pmsg)
+	if err == nil {
+		d.stats.Writes.Add(1)
+	}
+	return sent, err
 }
 
 // write sends pkt to sa, or with pkt nil all of batch b (UDP GSO), waiting

@@ -72,6 +72,23 @@ type gsoMsg struct {
 // gathers the pieces and cuts them apart (UDP GSO), giving datagram i the
 // IPv4 identification i. With seg 0 they are one datagram.
 func sendGSO(fd int, vec [][]byte, seg int, sa *sockaddr, m *gsoMsg) error {
+	n := m.prepare(vec, seg, sa)
+	defer clear(m.iov[:n]) // let go of the memory regions
+	for {
+		_, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_DONTWAIT)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// prepare sets m's header for vec's pieces, as datagrams of seg bytes, to
+// sa; it returns how many iovecs it filled.
+func (m *gsoMsg) prepare(vec [][]byte, seg int, sa *sockaddr) int {
 	n := 0
 	for _, p := range vec {
 		if len(p) > 0 {
@@ -95,16 +112,43 @@ func sendGSO(fd int, vec [][]byte, seg int, sa *sockaddr, m *gsoMsg) error {
 		m.hdr.Control = nil
 		m.hdr.SetControllen(0)
 	}
+	return n
+}
+
+// preMsg is the sendmmsg(2) of a datagram ahead of a GSO batch (gsoMsg),
+// kept by its batch so that sending allocates nothing.
+type preMsg struct {
+	mm  [2]mmsghdr
+	iov unix.Iovec
+}
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32 // (Go pads the struct to its alignment, as C does)
+}
+
+// sendPre sends datagram pre and then the batch m (built by sendGSO's
+// caller as for sendGSO: vec's pieces as datagrams of seg bytes) with one
+// system call. It returns how many of the two went: 1 means pre alone,
+// and the batch is still to send.
+func sendPre(fd int, pre []byte, vec [][]byte, seg int, sa *sockaddr, m *gsoMsg, p *preMsg) (int, error) {
+	n := m.prepare(vec, seg, sa)
 	defer clear(m.iov[:n]) // let go of the memory regions
+	p.iov.Base = &pre[0]
+	p.iov.SetLen(len(pre))
+	p.mm[0].hdr = unix.Msghdr{Name: m.hdr.Name, Namelen: m.hdr.Namelen, Iov: &p.iov}
+	p.mm[0].hdr.SetIovlen(1)
+	p.mm[1].hdr = m.hdr
 	for {
-		_, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_DONTWAIT)
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&p.mm[0])), 2, unix.MSG_DONTWAIT, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
-			return e
+			return 0, e
 		}
-		return nil
+		return int(r), nil
 	}
 }
 

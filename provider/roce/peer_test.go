@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -706,4 +707,108 @@ func TestPeerACKPrecedesReply(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A SEND or WRITE of many packets whose only one asking for an ACK is the
+// last (as rxe sends up to 64): goverbs acknowledges the first while the
+// rest is still to come. rxe's requester never stops its retransmission
+// timer, and only an ACK that comes while packets are outstanding puts it
+// off: with the last packet's ACK alone it runs out one timeout after it
+// was armed however quick every ACK is, and rxe resends a whole message
+// (see acks.go).
+func TestPeerFirstPacketAcknowledged(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		const n = 8 << 10 // 8 packets of the path MTU (1 KiB)
+		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
+		chunk := make([]byte, 1024)
+		for round := range 6 {
+			first := p.rpsn
+			write := round%2 == 1
+			if !write {
+				p.x.MustPostRecv(t, p.x.Recv(uint64(round), 64<<10, n))
+			}
+			for i := range n / 1024 {
+				last := i == n/1024-1
+				if write {
+					var ext []byte
+					if i == 0 {
+						ext = reth(va, rkey, n)
+					}
+					p.send(ib.WriteOpcode(i == 0, last, false), ib.PSNAdd(first, i), last, ext, chunk)
+				} else {
+					p.send(ib.SendOpcode(i == 0, last, false, false), ib.PSNAdd(first, i), last, nil, chunk)
+				}
+				if i == 0 {
+					p.expect(2*time.Second, ib.SyndromeACK, first, fmt.Sprintf("round %d (WRITE %v): the ACK of the first packet, the rest to come", round, write))
+				}
+			}
+			p.expect(2*time.Second, ib.SyndromeACK, ib.PSNAdd(first, n/1024-1), fmt.Sprintf("round %d: the ACK of the last packet", round))
+			p.rpsn = ib.PSNAdd(first, n/1024)
+		}
+		for i := range 3 {
+			conformance.ExpectWC(t, conformance.Poll1(t, p.x.RecvCQ), uint64(2*i), verbs.WCSuccess, verbs.WCRecv)
+		}
+	})
+}
+
+// rxe's spurious retransmission (its timer ran out while the ACK was on
+// its way, see acks.go): a whole multi-packet SEND again after goverbs
+// acknowledged it, and again from its start while its first transmission
+// is only half in. goverbs executes each once, acknowledges the resends
+// with the PSN before the one it expects and the count of messages it
+// completed (MSN), and takes the next SEND as new.
+func TestPeerSpuriousResendOfMessage(t *testing.T) {
+	inModes(t, func(t *testing.T, p *peer) {
+		const np = 16 // packets of each SEND
+		chunk := make([]byte, 1024)
+		sendPkts := func(first uint32, from, to int, tag byte) {
+			for i := from; i < to; i++ {
+				chunk[0] = tag
+				p.send(ib.SendOpcode(i == 0, i == np-1, false, false), ib.PSNAdd(first, i), i == np-1, nil, chunk)
+			}
+		}
+		// expectMSN waits for an ACK of psn, which must say msn.
+		expectMSN := func(psn, msn uint32, what string) {
+			t.Helper()
+			for deadline := time.Now().Add(2 * time.Second); ; {
+				k := p.recv(time.Until(deadline))
+				if k == nil {
+					t.Fatalf("%s: no ACK of PSN %#x", what, psn)
+				}
+				if k.Op == ib.Acknowledge && k.Syndrome&0xE0 == ib.SyndromeACK && k.PSN == psn {
+					if k.MSN != msn {
+						t.Fatalf("%s: ACK of PSN %#x with MSN %d, want %d", what, psn, k.MSN, msn)
+					}
+					return
+				}
+			}
+		}
+		for i := range 3 {
+			p.x.MustPostRecv(t, p.x.Recv(uint64(i), 64<<10+i*np*1024, np*1024))
+		}
+		a := p.rpsn
+		sendPkts(a, 0, np, 'a')
+		expectMSN(ib.PSNAdd(a, np-1), 1, "the first SEND")
+		sendPkts(a, 0, np, 'x') // all of it again: the ACK came too late
+		expectMSN(ib.PSNAdd(a, np-1), 1, "the first SEND resent")
+		b := ib.PSNAdd(a, np)
+		sendPkts(b, 0, np/2, 'b')
+		sendPkts(b, 0, np, 'b') // resent from its start, half of it in
+		expectMSN(ib.PSNAdd(b, np-1), 2, "the second SEND, resent from its start")
+		c := ib.PSNAdd(b, np)
+		sendPkts(c, 0, np, 'c')
+		expectMSN(ib.PSNAdd(c, np-1), 3, "the third SEND")
+		p.rpsn = ib.PSNAdd(c, np)
+		for i, tag := range []byte("abc") {
+			wc := conformance.Poll1(t, p.x.RecvCQ)
+			conformance.ExpectWC(t, wc, uint64(i), verbs.WCSuccess, verbs.WCRecv)
+			if at := 64<<10 + i*np*1024; wc.ByteLen != np*1024 || p.x.Buf[at] != tag {
+				t.Fatalf("receive %d: %d bytes starting %q, want %d starting %q", i, wc.ByteLen, p.x.Buf[at], np*1024, tag)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		if n, _ := p.x.RecvCQ.Poll(make([]verbs.WC, 4)); n != 0 {
+			t.Fatalf("%d receive completions more than the three SENDs", n)
+		}
+	})
 }

@@ -184,7 +184,10 @@ func (s *sendState) send(w *engine.WQE) engine.Result {
 		return engine.ResultStall // (the engine bounds the queue: not reached)
 	}
 	if completesAtPeer(w.WR.Opcode) {
-		q.d.flushACKs() // before the request: it may be the reply (acks.go)
+		// Before the request: it may be the reply (acks.go). This QP's
+		// own ACK goes with it, in its system call.
+		q.d.takeACK(q, s.bat)
+		q.d.flushACKs()
 	}
 	e := s.at(s.n)
 	*e = swqe{w: w, seq: w.Seq(), kind: kindOf(w.WR.Opcode), total: w.Len, sink: e.sink[:0]}

@@ -116,7 +116,9 @@ func (r *respState) request(p *ib.Packet, ho *engine.Handoff) {
 	}
 	r.epsn = ib.PSNAdd(r.epsn, 1)
 	r.nakSent = false
-	if p.AckReq {
+	if p.AckReq || m&(ib.IsFirst|ib.IsLast) == ib.IsFirst {
+		// The first packet of a longer message is acknowledged too,
+		// unasked (see acks.go: the requester's timer).
 		r.deferACK(p.PSN)
 	}
 }

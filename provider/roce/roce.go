@@ -19,7 +19,9 @@
 // source port of its own (one of eight sockets on ephemeral ports, chosen
 // by its QPN for its life, as rxe derives a port from the QPN), so that
 // ECMP spreads a host's flows and keeps each in order; CM datagrams and
-// coalesced ACKs leave from 4791.
+// coalesced ACKs leave from 4791, but for the ACK that goes ahead of a
+// QP's request (see acks.go), which leaves with it, in its system call,
+// from the QP's port (as rxe sends all of a QP's packets from its port).
 //
 // Packets go out with DF set and a predictable IPv4 identification (an
 // unconnected socket with IP_PMTUDISC_DO sends 0), which their ICRC
@@ -42,7 +44,8 @@
 // reliable connection as rxe implements it: SEND, WRITE (with immediate
 // and invalidate), READ and the atomics cut into packets of the path MTU,
 // 24-bit PSNs, ACKs coalesced and requested (AckReq) at the end of each
-// message and every ackEvery packets, duplicate detection (re-ACK, reads
+// message and every ackEvery packets (and given, unasked, for the first
+// packet of a longer message: see acks.go), duplicate detection (re-ACK, reads
 // re-executed, atomics answered from a cache), go-back-N on a sequence NAK
 // or the local ACK timeout (4.096 µs × 2^timeout) within retry_cnt, RNR
 // NAK with its timer and rnr_retry (7: for ever), IRD/ORD, and the

@@ -526,14 +526,20 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 		// goroutine that spins on memory, even yielding, would leave the
 		// connection's own goroutine to be woken by the runtime's
 		// netpoller only every 10 ms (the scheduler looks at the network
-		// only when it runs out of work, or from sysmon), as seen.
-		for i := 0; load64(mark) != want; i++ {
+		// only when it runs out of work, or from sysmon), as seen. At
+		// least once per message, even when the peer's WRITE is already
+		// there: the poll is what retires our unsignaled WRITEs that went
+		// through the peer (a run whose replies always came first filled
+		// the send queue under load).
+		for i := 0; ; i++ {
 			s.id.SendCQ().Poll(wc)
+			if load64(mark) == want {
+				return nil
+			}
 			if i&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
-		return nil
 	}
 	warm := uint64(c.Warmup)
 	for i := uint64(1); i <= warm+uint64(c.Iters); i++ {
