@@ -112,17 +112,20 @@ type Conn struct {
 	wrShut   bool  // CloseWrite was called
 	err      error // the connection failed
 
-	active     atomic.Int32 // Reads and Writes in progress
-	idleTimer  *time.Timer
-	idleMu     sync.Mutex
-	idleCancel context.CancelFunc // ends the waiter's idle CQ.Wait
-	closed     atomic.Bool
-	closedCh   chan struct{}
-	ctx        context.Context // for CQ.Wait; cancelled by Close
-	cancel     context.CancelFunc
-	needWait   chan struct{}
-	waitDone   chan struct{}
-	rd, wr     direction
+	active      atomic.Int32 // Reads and Writes in progress
+	idleTimer   *time.Timer
+	idlePending atomic.Bool  // idleTimer is set
+	idleAt      atomic.Int64 // when the last call ended, since epoch
+	epoch       time.Time
+	idleMu      sync.Mutex
+	idleCancel  context.CancelFunc // ends the waiter's idle CQ.Wait
+	closed      atomic.Bool
+	closedCh    chan struct{}
+	ctx         context.Context // for CQ.Wait; cancelled by Close
+	cancel      context.CancelFunc
+	needWait    chan struct{}
+	waitDone    chan struct{}
+	rd, wr      direction
 
 	// Scratch space of the hot paths, so that they do not allocate.
 	swr   [2]verbs.SendWR
@@ -147,6 +150,7 @@ type direction struct {
 	timer    *time.Timer
 	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
 	spin     time.Duration // current spin budget (adaptive; see waitState.done)
+	long     int           // waits in a row that lasted longWait or more
 	maxSpin  time.Duration // its ceiling (Options.Spin)
 }
 
@@ -189,6 +193,13 @@ type waitCtx struct {
 	ch    chan struct{}
 	fired bool
 	wake  func() // SetWake's
+	// armed is set from arm until the call's wait ends (disarm): fire
+	// does nothing while no call waits, so that a poll's fires between
+	// calls neither take the lock nor close a channel the next wait would
+	// then have to make anew. arm's store and a state change's fire are
+	// ordered as in Waker.Idle: the call looks at the state after arm, so
+	// either it sees the change or fire sees armed.
+	armed atomic.Bool
 }
 
 // SetWake makes fire call f too (nil: no more): the engine's CQ.Wait,
@@ -200,13 +211,27 @@ func (w *waitCtx) SetWake(f func()) {
 	w.mu.Unlock()
 }
 
+// arm readies the context for a wait; the channel of an earlier wait
+// that nothing fired is still open and serves again (a blocking wait
+// allocates only after a fire).
 func (w *waitCtx) arm() {
 	w.mu.Lock()
-	w.ch, w.fired = make(chan struct{}), false
+	if w.ch == nil || w.fired {
+		w.ch, w.fired = make(chan struct{}), false
+	}
 	w.mu.Unlock()
+	w.armed.Store(true)
+}
+
+// disarm ends a call's wait: fires are not needed until the next arm.
+func (w *waitCtx) disarm() {
+	w.armed.Store(false)
 }
 
 func (w *waitCtx) fire() {
+	if !w.armed.Load() {
+		return
+	}
 	w.mu.Lock()
 	if w.ch != nil && !w.fired {
 		close(w.ch)
@@ -356,11 +381,8 @@ func newConn(s connSetup) (c *Conn, err error) {
 	}
 	c.rd.init(spin)
 	c.wr.init(spin)
-	c.idleTimer = time.AfterFunc(time.Hour, func() {
-		if c.active.Load() == 0 {
-			notify(c.needWait)
-		}
-	})
+	c.epoch = time.Now()
+	c.idleTimer = time.AfterFunc(time.Hour, c.idleFired)
 	c.idleTimer.Stop()
 	return c, nil
 }

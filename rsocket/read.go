@@ -29,6 +29,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	var w waitState
+	if c.rd.spin == 0 {
+		// No spin: arm before the first look, which is then the look
+		// before the wait (the second poll of the spin's way finds
+		// nothing the first did not).
+		w.blocking = true
+	}
 	for {
 		w.arm(&c.rd)
 		c.mu.Lock()
@@ -42,9 +48,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 			count = c.rmsgTail - c.rmsgHead
 		}
 		if count != 0 {
+			tail := c.rmsgTail
 			c.mu.Unlock()
 			w.done(&c.rd)
-			return c.copyOut(p), nil
+			return c.copyOut(p, tail), nil
 		}
 		eof, err := c.peerEOF, c.err
 		c.mu.Unlock()
@@ -76,19 +83,39 @@ func (c *Conn) busy() {
 
 // idle ends a Read or Write; when none follows within idleHandoff, the
 // waiter takes over polling (at once it would only compete with the next
-// call's own polling, in a request/response loop).
+// call's own polling, in a request/response loop). The end is only
+// noted: the timer, when not already pending, is set once, and its
+// function sets it again for what is left of idleHandoff since the last
+// end (idleFired), rather than every call resetting it.
 func (c *Conn) idle() {
 	if c.active.Add(-1) == 0 {
-		c.idleTimer.Reset(idleHandoff)
+		c.idleAt.Store(int64(time.Since(c.epoch)))
+		if !c.idlePending.Swap(true) {
+			c.idleTimer.Reset(idleHandoff)
+		}
 	}
 }
 
-// copyOut copies received data into p (rrecv) and returns the credits
-// and buffer space it frees.
-func (c *Conn) copyOut(p []byte) int {
-	c.mu.Lock()
-	tail := c.rmsgTail
-	c.mu.Unlock()
+// idleFired is the idle timer's function. A call that ends after it
+// cleared idlePending sets the timer again itself, or finds it set here.
+func (c *Conn) idleFired() {
+	c.idlePending.Store(false)
+	if c.active.Load() != 0 {
+		return // the next idle sets it again
+	}
+	if left := idleHandoff - (time.Since(c.epoch) - time.Duration(c.idleAt.Load())); left > 0 {
+		if !c.idlePending.Swap(true) {
+			c.idleTimer.Reset(left)
+		}
+		return
+	}
+	notify(c.needWait)
+}
+
+// copyOut copies received data into p (rrecv), up to the message tail
+// the caller saw under c.mu, and returns the credits and buffer space it
+// frees.
+func (c *Conn) copyOut(p []byte, tail int) int {
 	n, msgs := 0, 0
 	head := c.rmsgHead
 	for n < len(p) && head != tail {
@@ -135,26 +162,52 @@ func (w *waitState) arm(d *direction) {
 	}
 }
 
-// done adapts the spin budget: a spin that found its event is worth
-// its time again (doubled), one that had to block is halved, so that a
-// call that always blocks (a server waiting for requests) stops burning
-// a CPU that the other goroutines need; but never below minSpin, or a
-// single preemption would ratchet the spin down for good and every
-// round trip would then sleep (rsocket over shm: 26 us per 64-byte round
-// trip instead of 2 at a load of 5).
+// done ends a call's wait and adapts the spin budget: a spin that found
+// its event is worth its time again (doubled), one that had to block is
+// halved, so that a call that always blocks (a server waiting for
+// requests) stops burning a CPU that the other goroutines need; but not
+// below minSpin, or a single preemption would ratchet the spin down for
+// good and every round trip would then sleep (rsocket over shm: 26 us per
+// 64-byte round trip instead of 2 at a load of 5). Only waits that keep
+// lasting far beyond any spin (longWaits of them in a row, each longer
+// than longWait: a reader whose data comes from another process's work,
+// a gRPC call's 100 us or more) turn the spin off: there it never
+// ends a wait, and with the peer on the same CPU it only delays it. The
+// first wait that ends sooner turns it back on.
 func (w *waitState) done(d *direction) {
 	if w.timed {
 		d.nudge.Stop()
 	}
+	if w.blocking {
+		d.wc.disarm()
+	}
 	if w.i == 0 {
+		return // no wait: nothing learnt
+	}
+	if !w.blocking {
+		d.long = 0
+		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 		return
 	}
-	if w.blocking {
-		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
+	if time.Since(w.start) < max(longWait, 2*d.maxSpin) {
+		d.long = 0
+	} else if d.long < longWaits {
+		d.long++
+	}
+	if d.long == longWaits {
+		d.spin = 0
 	} else {
-		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
+		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
 	}
 }
+
+// A wait longer than longWait (wake-up included) is one that a spin of
+// maxSpin could not have ended; longWaits of them in a row stop the
+// spinning (waitState.done).
+const (
+	longWait  = 100 * time.Microsecond
+	longWaits = 3
+)
 
 // block waits for the connection to change: a bounded spin first (a
 // parked goroutine takes tens of microseconds to wake), then CQ.Wait on
@@ -171,6 +224,10 @@ func (c *Conn) block(d *direction, w *waitState) error {
 				return os.ErrDeadlineExceeded
 			}
 			w.start = time.Now()
+			if d.spin == 0 {
+				w.blocking = true // arm, look once more, then wait
+				return nil
+			}
 		}
 		if w.i&15 == 0 {
 			if d.expired() {
@@ -186,6 +243,9 @@ func (c *Conn) block(d *direction, w *waitState) error {
 	}
 	if d.expired() {
 		return os.ErrDeadlineExceeded
+	}
+	if w.i == 0 { // armed from the start (Read with no spin)
+		w.i, w.start = 1, time.Now()
 	}
 	if c.msgSend && !w.timed {
 		w.timed = true

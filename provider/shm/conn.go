@@ -341,7 +341,7 @@ func (c *conn) teardown() {
 func (c *conn) poke() {
 	c.nPokes.Add(1)
 	if c.enter() { // (sfd is open while anyone is inside)
-		unix.Send(c.sfd, pokeMsg[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		sendNB(c.sfd, pokeMsg[:])
 		c.leave()
 	}
 }
