@@ -51,6 +51,9 @@ type rxSide struct {
 	pollErr error
 	polled  atomic.Bool // the application polls (engine.Progressor.Polled)
 	wake    chan struct{}
+	// ho: the hand-off of the poll that pumps (Progress), for the
+	// completions it makes; zero (it takes none) for the other drivers.
+	ho engine.Handoff
 
 	// A waiter that blocks in the socket (Block): park is its own
 	// registration of the socket, blockFn its callback (a method value
@@ -242,9 +245,11 @@ func (c *conn) rxLoop() {
 }
 
 // Progress implements engine.Progressor: polled mode's non-blocking pump,
-// called by CQ.Poll on the application's goroutine. Its completions go
-// through the CQ's ring (it hands none off).
-func (c *conn) Progress(engine.Handoff) int {
+// called by CQ.Poll on the application's goroutine. The completions it
+// makes for the polled CQ (receives, Reads and atomics) go into the poll's
+// array when the engine allows (engine.Handoff), not through the CQ's
+// ring: a push and a pop, with their atomics, per message.
+func (c *conn) Progress(ho engine.Handoff) int {
 	if !c.estabDone.Load() {
 		return 0 // the receive side starts once the QP is established
 	}
@@ -261,7 +266,10 @@ func (c *conn) Progress(engine.Handoff) int {
 		return 0 // the receive goroutine is at it
 	}
 	var perr error
+	c.rx.ho = ho
 	c.raw.Control(c.rx.pollFn)
+	n := c.rx.ho.Len()
+	c.rx.ho = engine.Handoff{}
 	perr, c.rx.pollErr = c.rx.pollErr, nil
 	if perr == errWouldBlock && c.rx.bulk && c.rx.phase == phPayload {
 		c.rx.idleAt.Store(time.Now().UnixNano())
@@ -270,7 +278,7 @@ func (c *conn) Progress(engine.Handoff) int {
 	if perr != errWouldBlock && perr != nil {
 		c.rxFailed(perr)
 	}
-	return 0
+	return n
 }
 
 func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
@@ -623,7 +631,7 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 			c.terminate(wire.TermDDPTagged(wire.DDPTagBaseBounds), h, nil, "short Read Response")
 			return errStop
 		}
-		c.complete(e.w, e.seq, verbs.WCSuccess)
+		c.completeTo(e.w, e.seq, verbs.WCSuccess, &s.ho)
 	case wire.OpSend, wire.OpSendSE, wire.OpSendInv, wire.OpSendSEInv:
 		s.sendActive = false
 		s.msn[wire.QNSend]++
@@ -644,7 +652,7 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 			wc.Flags |= verbs.WCFlagWithInv
 			wc.ImmData = rkey
 		}
-		c.resp.CompleteRecv(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv)
+		c.resp.CompleteRecvTo(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv, &s.ho)
 	}
 	return nil
 }
@@ -652,7 +660,12 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 // complete finishes a request of the ORQ; what it releases is sent by the
 // transmit goroutine, never by the receive side.
 func (c *conn) complete(w *engine.WQE, seq uint64, st verbs.WCStatus) {
-	if c.req.CompleteDeferred(w, seq, st) {
+	c.completeTo(w, seq, st, nil)
+}
+
+// completeTo is complete with the hand-off of the poll that pumps (c.rx.ho).
+func (c *conn) completeTo(w *engine.WQE, seq uint64, st verbs.WCStatus, ho *engine.Handoff) {
+	if c.req.CompleteTo(w, seq, st, ho) {
 		c.progressLater()
 	}
 }
@@ -833,7 +846,7 @@ func (c *conn) rxImmediate(s *rxSide, h wire.Header) error {
 	if flags&immAfterWrite != 0 {
 		wc.Opcode, wc.ByteLen = verbs.WCRecvRDMAWithImm, uint32(s.writeLen)
 	}
-	c.resp.CompleteRecv(rc, &wc, h.Opcode() == wire.OpImmediateSE)
+	c.resp.CompleteRecvTo(rc, &wc, h.Opcode() == wire.OpImmediateSE, &s.ho)
 	return nil
 }
 
@@ -915,7 +928,7 @@ func (c *conn) rxAtomicResponse(s *rxSide, h wire.Header) error {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode), h, nil, "Atomic Response without a request")
 		return errStop
 	}
-	c.complete(e.w, e.seq, verbs.WCSuccess)
+	c.completeTo(e.w, e.seq, verbs.WCSuccess, &s.ho)
 	return nil
 }
 

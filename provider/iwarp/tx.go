@@ -428,6 +428,10 @@ func (c *conn) failKept(st verbs.WCStatus) engine.Result {
 // the first with the error that ended the connection; the QP's flush
 // completes the others). Not while batching.
 func (c *conn) endSend() {
+	if c.tx.nheld == 0 && !c.tx.heldFail {
+		c.unlockTx(false) // nothing was kept back: the usual request alone
+		return
+	}
 	var done [batchMax]sentReq
 	n := copy(done[:], c.tx.held[:c.tx.nheld])
 	c.tx.nheld = 0
@@ -656,6 +660,15 @@ func (c *conn) buildTagged(iov [][]byte, op wire.Opcode, stag uint32, to uint64,
 // off. c.tx.mu is held.
 func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	maxp := c.payloadMax(hdrLen)
+	if n <= copySmall && n <= maxp {
+		return c.buildSmall(iov, hdrLen, segs, n, put)
+	}
+	return c.buildFPDUs(iov, hdrLen, segs, n, maxp, put)
+}
+
+// buildFPDUs is build's general case: FPDUs of at most maxp bytes of
+// payload each, the payload pieces pointing into segs. c.tx.mu is held.
+func (c *conn) buildFPDUs(iov [][]byte, hdrLen int, segs [][]byte, n, maxp int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	nf := 1
 	if n > 0 {
 		nf = (n + maxp - 1) / maxp
@@ -700,6 +713,37 @@ func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h 
 		iov = append(iov, t)
 		off += plen
 	}
+	c.tx.iov = iov
+	return iov
+}
+
+// copySmall is the largest payload that build copies next to its header
+// and trailer: the FPDU is then one piece of the writev, which the kernel
+// copies in one go, where three pieces (and their iovecs) cost more than
+// the copy of a few dozen bytes. The bytes on the wire are the same.
+const copySmall = 64
+
+// buildSmall is build for a message of n <= copySmall bytes that fits one
+// FPDU: header, payload, pad and CRC laid out together in the header
+// arena. c.tx.mu is held.
+func (c *conn) buildSmall(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
+	pad := wire.Pad(hdrLen - wire.MPALenLen + n)
+	end := hdrLen + n
+	f := c.hdrs(end + pad + wire.CRCLen)
+	put(f[:hdrLen], 0, n, true)
+	k := hdrLen
+	for _, s := range segs {
+		k += copy(f[k:end], s)
+	}
+	var crc uint32
+	if c.crc {
+		c.tx.crc.Reset()
+		c.tx.crc.Update(f[:end])
+		c.tx.crc.UpdatePad(pad)
+		crc = c.tx.crc.Sum()
+	}
+	wire.PutTrailer(f[end:], pad, crc)
+	iov = append(iov, f)
 	c.tx.iov = iov
 	return iov
 }
