@@ -60,11 +60,17 @@ const (
 
 // conn is a connected QP's wire: its TCP connection and the DDP/RDMAP state.
 type conn struct {
-	ep      engine.Endpoint
-	req     engine.Requester
-	resp    engine.Responder
-	nc      net.Conn
-	raw     syscall.RawConn
+	ep   engine.Endpoint
+	req  engine.Requester
+	resp engine.Responder
+	nc   net.Conn
+	raw  syscall.RawConn
+	// fd is raw's descriptor, which the polled paths (Progress, put,
+	// progressTx) use without RawControl's reference count (some two
+	// hundred instructions a call, two calls a message). It stays open
+	// while they may use it: txLoop marks it gone under each of their
+	// locks (tx.fdGone, rx.fdGone) before it closes the socket.
+	fd      int
 	crc     bool
 	ext     bool
 	passive bool
@@ -116,9 +122,7 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 	if !passive {
 		c.su.rxSeen.Store(true) // the initiator speaks first
 	}
-	c.rx.pollFn = c.pollFD
 	c.rx.blockFn = c.blockFD
-	c.tx.writeFn = c.writeNow
 	c.tx.waitFn = c.writeRest
 	c.rx.wake = make(chan struct{}, 1)
 	for i := range c.rx.msn {
@@ -145,6 +149,7 @@ func (c *conn) start() error {
 		return err
 	}
 	c.raw = raw
+	raw.Control(func(fd uintptr) { c.fd = int(fd) })
 	if !c.su.rxSeen.Load() {
 		// MPA's start-up rule makes the responder wait for the initiator's
 		// first FPDU; siw needs it only until it has read the MPA Reply (it
@@ -272,7 +277,11 @@ func (c *conn) txLoop() {
 			if c.su.nudge != nil {
 				c.su.nudge.Stop()
 			}
+			c.tx.fdGone = true
 			c.tx.mu.Unlock()
+			c.rx.mu.Lock()
+			c.rx.fdGone = true
+			c.rx.mu.Unlock()
 			if c.su.hold != nil {
 				c.su.hold.Stop()
 			}

@@ -46,11 +46,10 @@ var errStop = errors.New("iwarp: receive stopped")
 // whichever of its two drivers (the connection's goroutine, the
 // application's poll) holds it.
 type rxSide struct {
-	mu      sync.Mutex
-	pollFn  func(fd uintptr)
-	pollErr error
-	polled  atomic.Bool // the application polls (engine.Progressor.Polled)
-	wake    chan struct{}
+	mu     sync.Mutex
+	fdGone bool        // the socket is closing: the polls leave c.fd alone
+	polled atomic.Bool // the application polls (engine.Progressor.Polled)
+	wake   chan struct{}
 	// ho: the hand-off of the poll that pumps (Progress), for the
 	// completions it makes; zero (it takes none) for the other drivers.
 	ho engine.Handoff
@@ -265,12 +264,14 @@ func (c *conn) Progress(ho engine.Handoff) int {
 	if !c.rx.mu.TryLock() {
 		return 0 // the receive goroutine is at it
 	}
-	var perr error
+	if c.rx.fdGone {
+		c.rx.mu.Unlock()
+		return 0
+	}
 	c.rx.ho = ho
-	c.raw.Control(c.rx.pollFn)
+	perr := c.pump(c.fd, false) // c.fd stays open while rx.mu is held (see conn.fd)
 	n := c.rx.ho.Len()
 	c.rx.ho = engine.Handoff{}
-	perr, c.rx.pollErr = c.rx.pollErr, nil
 	if perr == errWouldBlock && c.rx.bulk && c.rx.phase == phPayload {
 		c.rx.idleAt.Store(time.Now().UnixNano())
 	}
@@ -280,8 +281,6 @@ func (c *conn) Progress(ho engine.Handoff) int {
 	}
 	return n
 }
-
-func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
 
 // Block implements engine.Blocker: the waiting goroutine reads the socket
 // itself, parked in the netpoller on it between arrivals, while the

@@ -3,6 +3,7 @@ package iwarp
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -56,13 +57,13 @@ type txSide struct {
 	nheld    int
 	heldFail bool // their write failed: the first completes with the error
 
-	rest    [][]byte  // what the socket has not taken yet of the messages on the stream
-	restW   []sentReq // the Sends and Writes that complete once rest is written
-	restB   [batchMax + 1]sentReq
-	werr    error
-	puts    uint64                // writes begun without waiting (put): for tests
-	writeFn func(fd uintptr)      // writes rest without waiting (RawConn.Control)
-	waitFn  func(fd uintptr) bool // the same, for RawConn.Write, which then waits for room
+	rest   [][]byte  // what the socket has not taken yet of the messages on the stream
+	restW  []sentReq // the Sends and Writes that complete once rest is written
+	restB  [batchMax + 1]sentReq
+	werr   error
+	fdGone bool                  // the socket is closing: put and progressTx leave c.fd alone
+	puts   uint64                // writes begun without waiting (put): for tests
+	waitFn func(fd uintptr) bool // writeRest, for RawConn.Write, which then waits for room
 
 	// want: the engine's transmitter found the stream busy and returned
 	// Stall; it is resumed once the stream is free.
@@ -161,7 +162,11 @@ func (c *conn) progressTx() {
 	}
 	c.tx.werr = nil
 	raceRelease()
-	c.raw.Control(c.tx.writeFn)
+	if c.tx.fdGone {
+		c.tx.werr = net.ErrClosed
+	} else {
+		c.writeRest(uintptr(c.fd)) // open while tx.mu is held (see conn.fd)
+	}
 	if len(c.tx.rest) > 0 || c.tx.werr != nil {
 		if c.tx.werr != nil {
 			c.wakeTx() // the transmit goroutine meets the error and fails the connection
@@ -201,7 +206,12 @@ func (c *conn) put(iov [][]byte) error {
 	c.record(iov)
 	c.tx.iov, c.tx.rest, c.tx.werr = iov, iov, nil
 	raceRelease()
-	err := c.raw.Control(c.tx.writeFn)
+	var err error
+	if c.tx.fdGone {
+		err = net.ErrClosed
+	} else {
+		c.writeRest(uintptr(c.fd)) // open while tx.mu is held (see conn.fd)
+	}
 	if c.tx.werr != nil {
 		err = c.tx.werr
 	}
@@ -234,8 +244,6 @@ func (c *conn) wait() error {
 	}
 	return err
 }
-
-func (c *conn) writeNow(fd uintptr) { c.writeRest(fd) }
 
 // writeRest writes c.tx.rest with raw non-blocking writevs and reports
 // false when the socket is full. A large write takes hundreds of
