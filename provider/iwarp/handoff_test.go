@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/conformance"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -83,4 +85,31 @@ func pollN(t *testing.T, cq *verbs.CQ, k, m int) []verbs.WC {
 		t.Fatalf("%d completions, want %d: %+v", len(got), k, got)
 	}
 	return got
+}
+
+// TestNoFDUseAfterClose: the polled paths use the socket's descriptor
+// without the runtime's reference count; once the connection has closed
+// it, they must not touch the number, which the process may have given
+// to another file (iwarp.FDAfterClose), whichever side ended it.
+func TestNoFDUseAfterClose(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) {
+			o := conformance.PairOpts{BufSize: 4096}
+			x := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+			y := conformance.NewSide(t, open(t), verbs.QPTRC, o)
+			cx, cy := connect(t, x.QP, y.QP, iwarp.Params{IRD: 1, ORD: 1}, iwarp.Params{IRD: 1, ORD: 1})
+			// Polled mode, with a message through, before the end.
+			x.MustPostRecv(t, x.Recv(1, 0, 64))
+			y.MustPostSend(t, y.Send(1, 0, 8))
+			pollN(t, x.RecvCQ, 1, 1)
+			if local {
+				cx.Disconnect()
+			} else {
+				cy.Disconnect()
+			}
+			if err := iwarp.FDAfterClose(cx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
