@@ -459,14 +459,12 @@ func (c *conn) endSend() {
 // and the stream is let go. It reports whether it did so; c.tx.mu is
 // held, batching.
 func (c *conn) dropKeptIfDying() bool {
-	select {
-	case <-c.dying:
-		c.tx.batching, c.tx.kept, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0
-		c.unlockTx(false)
-		return true
-	default:
+	if !c.isDying() {
 		return false
 	}
+	c.tx.batching, c.tx.kept, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0
+	c.unlockTx(false)
+	return true
 }
 
 // Flush implements engine.Batcher: it writes the messages kept back when
