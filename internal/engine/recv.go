@@ -172,8 +172,8 @@ func (q *QP) deliverRecv(data []byte, wc *verbs.WC, solicited bool, ho *Handoff)
 	return true, st
 }
 
-// completeRecv is Responder.CompleteRecv.
-func (q *QP) completeRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
+// completeRecv is Responder.CompleteRecv (and CompleteRecvTo, with ho).
+func (q *QP) completeRecv(rc *RecvCtx, wc *verbs.WC, solicited bool, ho *Handoff) {
 	q.rqMu.Lock()
 	taken := q.rxTaken
 	q.rxTaken = false
@@ -186,5 +186,9 @@ func (q *QP) completeRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
 	}
 	wc.WRID = rc.WRID
 	wc.QPNum = q.num
+	if d := ho.take(q.rcq); d != nil {
+		copyWC(d, wc)
+		return
+	}
 	q.rcq.push(wc, solicited)
 }

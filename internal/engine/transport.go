@@ -408,7 +408,14 @@ func (r Responder) RecvSegments(rc *RecvCtx, dst [][]byte) ([][]byte, verbs.WCSt
 // CompleteRecv reports a received message (or a receive that failed) on
 // the receive CQ. A receive the QP already flushed is not completed again.
 func (r Responder) CompleteRecv(rc *RecvCtx, wc *verbs.WC, solicited bool) {
-	r.q.completeRecv(rc, wc, solicited)
+	r.q.completeRecv(rc, wc, solicited, nil)
+}
+
+// CompleteRecvTo is CompleteRecv from a transport's Progress: ho is the
+// hand-off it was given, where the completion may go (as Deliver's do)
+// instead of through the CQ's ring.
+func (r Responder) CompleteRecvTo(rc *RecvCtx, wc *verbs.WC, solicited bool, ho *Handoff) {
+	r.q.completeRecv(rc, wc, solicited, ho)
 }
 
 // Deliver is TakeRecv, RecvSegments, the copy and CompleteRecv in one

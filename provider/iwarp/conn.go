@@ -60,11 +60,17 @@ const (
 
 // conn is a connected QP's wire: its TCP connection and the DDP/RDMAP state.
 type conn struct {
-	ep      engine.Endpoint
-	req     engine.Requester
-	resp    engine.Responder
-	nc      net.Conn
-	raw     syscall.RawConn
+	ep   engine.Endpoint
+	req  engine.Requester
+	resp engine.Responder
+	nc   net.Conn
+	raw  syscall.RawConn
+	// fd is raw's descriptor, which the polled paths (Progress, put,
+	// progressTx) use without RawControl's reference count (some two
+	// hundred instructions a call, two calls a message). It stays open
+	// while they may use it: txLoop marks it gone under each of their
+	// locks (tx.fdGone, rx.fdGone) before it closes the socket.
+	fd      int
 	crc     bool
 	ext     bool
 	passive bool
@@ -85,10 +91,13 @@ type conn struct {
 	frameTimeout time.Duration
 
 	// lifetime
-	once   sync.Once
-	err    error
-	term   []byte // Terminate to send before closing
-	dying  chan struct{}
+	once  sync.Once
+	err   error
+	term  []byte // Terminate to send before closing
+	dying chan struct{}
+	// dead is set as dying is closed: the per-message checks (Send)
+	// load it, where a select on the channel cost some sixty instructions.
+	dead   atomic.Bool
 	done   chan struct{}
 	rxDone chan struct{}
 	// estab is closed once the QP is established: the receive side starts
@@ -116,9 +125,7 @@ func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bo
 	if !passive {
 		c.su.rxSeen.Store(true) // the initiator speaks first
 	}
-	c.rx.pollFn = c.pollFD
 	c.rx.blockFn = c.blockFD
-	c.tx.writeFn = c.writeNow
 	c.tx.waitFn = c.writeRest
 	c.rx.wake = make(chan struct{}, 1)
 	for i := range c.rx.msn {
@@ -145,6 +152,7 @@ func (c *conn) start() error {
 		return err
 	}
 	c.raw = raw
+	raw.Control(func(fd uintptr) { c.fd = int(fd) })
 	if !c.su.rxSeen.Load() {
 		// MPA's start-up rule makes the responder wait for the initiator's
 		// first FPDU; siw needs it only until it has read the MPA Reply (it
@@ -196,6 +204,7 @@ func (c *conn) close(err error, term []byte) {
 		} else {
 			c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		}
+		c.dead.Store(true)
 		close(c.dying)
 		c.rx.park.Close() // a waiter blocked in the socket returns
 	})
@@ -272,7 +281,11 @@ func (c *conn) txLoop() {
 			if c.su.nudge != nil {
 				c.su.nudge.Stop()
 			}
+			c.tx.fdGone = true
 			c.tx.mu.Unlock()
+			c.rx.mu.Lock()
+			c.rx.fdGone = true
+			c.rx.mu.Unlock()
 			if c.su.hold != nil {
 				c.su.hold.Stop()
 			}
@@ -316,10 +329,8 @@ func (c *conn) Send(w *engine.WQE) engine.Result {
 			return engine.Fail(verbs.WCWRFlushErr)
 		}
 	} else {
-		select {
-		case <-c.dying:
+		if c.dead.Load() {
 			return engine.Fail(verbs.WCWRFlushErr)
-		default:
 		}
 		if !c.su.rxSeen.Load() {
 			return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU
@@ -343,11 +354,4 @@ func (c *conn) wakeTx() {
 }
 
 // isDying reports whether the connection is being torn down.
-func (c *conn) isDying() bool {
-	select {
-	case <-c.dying:
-		return true
-	default:
-		return false
-	}
-}
+func (c *conn) isDying() bool { return c.dead.Load() }

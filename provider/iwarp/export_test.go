@@ -1,7 +1,10 @@
 package iwarp
 
 import (
+	"errors"
 	"fmt"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/verbs"
@@ -75,4 +78,51 @@ func Reads(qp *verbs.QP) (full, empty uint64) {
 	c.rx.mu.Lock()
 	defer c.rx.mu.Unlock()
 	return c.rx.prog, c.rx.empty
+}
+
+// FDAfterClose checks, once x's socket is closed, that a poll's progress
+// and a write of a message leave its descriptor number alone, whatever
+// that number names now: a pipe is put there (holding a byte, for the
+// poll; empty, for the write), and neither may read it or write into it.
+func FDAfterClose(x *Conn) error {
+	c := x.c
+	<-c.done
+	fd := c.fd
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+		return fmt.Errorf("descriptor %d in use again before the check (%v)", fd, err)
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	// The poll: the pipe's read end, with a byte in it, at fd.
+	unix.Write(p[1], []byte{7})
+	if err := unix.Dup2(p[0], fd); err != nil {
+		return err
+	}
+	c.Progress(engine.Handoff{})
+	var b [8]byte
+	n, _ := unix.Read(p[0], b[:])
+	unix.Close(fd)
+	if n != 1 {
+		return errors.New("a poll after the close read the descriptor's new file")
+	}
+	// The write: the pipe's write end at fd.
+	if err := unix.Dup2(p[1], fd); err != nil {
+		return err
+	}
+	c.tx.mu.Lock()
+	werr := c.put([][]byte{[]byte("not for this file")})
+	c.tx.mu.Unlock()
+	n, _ = unix.Read(p[0], b[:])
+	unix.Close(fd)
+	if n > 0 {
+		return errors.New("a write after the close went to the descriptor's new file")
+	}
+	if werr == nil {
+		return errors.New("a write after the close reported no error")
+	}
+	return nil
 }

@@ -46,11 +46,13 @@ var errStop = errors.New("iwarp: receive stopped")
 // whichever of its two drivers (the connection's goroutine, the
 // application's poll) holds it.
 type rxSide struct {
-	mu      sync.Mutex
-	pollFn  func(fd uintptr)
-	pollErr error
-	polled  atomic.Bool // the application polls (engine.Progressor.Polled)
-	wake    chan struct{}
+	mu     sync.Mutex
+	fdGone bool        // the socket is closing: the polls leave c.fd alone
+	polled atomic.Bool // the application polls (engine.Progressor.Polled)
+	wake   chan struct{}
+	// ho: the hand-off of the poll that pumps (Progress), for the
+	// completions it makes; zero (it takes none) for the other drivers.
+	ho engine.Handoff
 
 	// A waiter that blocks in the socket (Block): park is its own
 	// registration of the socket, blockFn its callback (a method value
@@ -242,9 +244,11 @@ func (c *conn) rxLoop() {
 }
 
 // Progress implements engine.Progressor: polled mode's non-blocking pump,
-// called by CQ.Poll on the application's goroutine. Its completions go
-// through the CQ's ring (it hands none off).
-func (c *conn) Progress(engine.Handoff) int {
+// called by CQ.Poll on the application's goroutine. The completions it
+// makes for the polled CQ (receives, Reads and atomics) go into the poll's
+// array when the engine allows (engine.Handoff), not through the CQ's
+// ring: a push and a pop, with their atomics, per message.
+func (c *conn) Progress(ho engine.Handoff) int {
 	if !c.estabDone.Load() {
 		return 0 // the receive side starts once the QP is established
 	}
@@ -260,9 +264,14 @@ func (c *conn) Progress(engine.Handoff) int {
 	if !c.rx.mu.TryLock() {
 		return 0 // the receive goroutine is at it
 	}
-	var perr error
-	c.raw.Control(c.rx.pollFn)
-	perr, c.rx.pollErr = c.rx.pollErr, nil
+	if c.rx.fdGone {
+		c.rx.mu.Unlock()
+		return 0
+	}
+	c.rx.ho = ho
+	perr := c.pump(c.fd, false) // c.fd stays open while rx.mu is held (see conn.fd)
+	n := c.rx.ho.Len()
+	c.rx.ho = engine.Handoff{}
 	if perr == errWouldBlock && c.rx.bulk && c.rx.phase == phPayload {
 		c.rx.idleAt.Store(time.Now().UnixNano())
 	}
@@ -270,10 +279,8 @@ func (c *conn) Progress(engine.Handoff) int {
 	if perr != errWouldBlock && perr != nil {
 		c.rxFailed(perr)
 	}
-	return 0
+	return n
 }
-
-func (c *conn) pollFD(fd uintptr) { c.rx.pollErr = c.pump(int(fd), false) }
 
 // Block implements engine.Blocker: the waiting goroutine reads the socket
 // itself, parked in the netpoller on it between arrivals, while the
@@ -623,7 +630,7 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 			c.terminate(wire.TermDDPTagged(wire.DDPTagBaseBounds), h, nil, "short Read Response")
 			return errStop
 		}
-		c.complete(e.w, e.seq, verbs.WCSuccess)
+		c.completeTo(e.w, e.seq, verbs.WCSuccess, &s.ho)
 	case wire.OpSend, wire.OpSendSE, wire.OpSendInv, wire.OpSendSEInv:
 		s.sendActive = false
 		s.msn[wire.QNSend]++
@@ -644,7 +651,7 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 			wc.Flags |= verbs.WCFlagWithInv
 			wc.ImmData = rkey
 		}
-		c.resp.CompleteRecv(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv)
+		c.resp.CompleteRecvTo(s.rc, &wc, op == wire.OpSendSE || op == wire.OpSendSEInv, &s.ho)
 	}
 	return nil
 }
@@ -652,7 +659,12 @@ func (c *conn) rxFinish(s *rxSide, h wire.Header) error {
 // complete finishes a request of the ORQ; what it releases is sent by the
 // transmit goroutine, never by the receive side.
 func (c *conn) complete(w *engine.WQE, seq uint64, st verbs.WCStatus) {
-	if c.req.CompleteDeferred(w, seq, st) {
+	c.completeTo(w, seq, st, nil)
+}
+
+// completeTo is complete with the hand-off of the poll that pumps (c.rx.ho).
+func (c *conn) completeTo(w *engine.WQE, seq uint64, st verbs.WCStatus, ho *engine.Handoff) {
+	if c.req.CompleteTo(w, seq, st, ho) {
 		c.progressLater()
 	}
 }
@@ -833,7 +845,7 @@ func (c *conn) rxImmediate(s *rxSide, h wire.Header) error {
 	if flags&immAfterWrite != 0 {
 		wc.Opcode, wc.ByteLen = verbs.WCRecvRDMAWithImm, uint32(s.writeLen)
 	}
-	c.resp.CompleteRecv(rc, &wc, h.Opcode() == wire.OpImmediateSE)
+	c.resp.CompleteRecvTo(rc, &wc, h.Opcode() == wire.OpImmediateSE, &s.ho)
 	return nil
 }
 
@@ -915,7 +927,7 @@ func (c *conn) rxAtomicResponse(s *rxSide, h wire.Header) error {
 		c.terminate(wire.TermRDMAP(wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode), h, nil, "Atomic Response without a request")
 		return errStop
 	}
-	c.complete(e.w, e.seq, verbs.WCSuccess)
+	c.completeTo(e.w, e.seq, verbs.WCSuccess, &s.ho)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package iwarp
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -56,13 +57,13 @@ type txSide struct {
 	nheld    int
 	heldFail bool // their write failed: the first completes with the error
 
-	rest    [][]byte  // what the socket has not taken yet of the messages on the stream
-	restW   []sentReq // the Sends and Writes that complete once rest is written
-	restB   [batchMax + 1]sentReq
-	werr    error
-	puts    uint64                // writes begun without waiting (put): for tests
-	writeFn func(fd uintptr)      // writes rest without waiting (RawConn.Control)
-	waitFn  func(fd uintptr) bool // the same, for RawConn.Write, which then waits for room
+	rest   [][]byte  // what the socket has not taken yet of the messages on the stream
+	restW  []sentReq // the Sends and Writes that complete once rest is written
+	restB  [batchMax + 1]sentReq
+	werr   error
+	fdGone bool                  // the socket is closing: put and progressTx leave c.fd alone
+	puts   uint64                // writes begun without waiting (put): for tests
+	waitFn func(fd uintptr) bool // writeRest, for RawConn.Write, which then waits for room
 
 	// want: the engine's transmitter found the stream busy and returned
 	// Stall; it is resumed once the stream is free.
@@ -161,7 +162,11 @@ func (c *conn) progressTx() {
 	}
 	c.tx.werr = nil
 	raceRelease()
-	c.raw.Control(c.tx.writeFn)
+	if c.tx.fdGone {
+		c.tx.werr = net.ErrClosed
+	} else {
+		c.writeRest(uintptr(c.fd)) // open while tx.mu is held (see conn.fd)
+	}
 	if len(c.tx.rest) > 0 || c.tx.werr != nil {
 		if c.tx.werr != nil {
 			c.wakeTx() // the transmit goroutine meets the error and fails the connection
@@ -201,7 +206,12 @@ func (c *conn) put(iov [][]byte) error {
 	c.record(iov)
 	c.tx.iov, c.tx.rest, c.tx.werr = iov, iov, nil
 	raceRelease()
-	err := c.raw.Control(c.tx.writeFn)
+	var err error
+	if c.tx.fdGone {
+		err = net.ErrClosed
+	} else {
+		c.writeRest(uintptr(c.fd)) // open while tx.mu is held (see conn.fd)
+	}
 	if c.tx.werr != nil {
 		err = c.tx.werr
 	}
@@ -234,8 +244,6 @@ func (c *conn) wait() error {
 	}
 	return err
 }
-
-func (c *conn) writeNow(fd uintptr) { c.writeRest(fd) }
 
 // writeRest writes c.tx.rest with raw non-blocking writevs and reports
 // false when the socket is full. A large write takes hundreds of
@@ -428,6 +436,10 @@ func (c *conn) failKept(st verbs.WCStatus) engine.Result {
 // the first with the error that ended the connection; the QP's flush
 // completes the others). Not while batching.
 func (c *conn) endSend() {
+	if c.tx.nheld == 0 && !c.tx.heldFail {
+		c.unlockTx(false) // nothing was kept back: the usual request alone
+		return
+	}
 	var done [batchMax]sentReq
 	n := copy(done[:], c.tx.held[:c.tx.nheld])
 	c.tx.nheld = 0
@@ -447,14 +459,12 @@ func (c *conn) endSend() {
 // and the stream is let go. It reports whether it did so; c.tx.mu is
 // held, batching.
 func (c *conn) dropKeptIfDying() bool {
-	select {
-	case <-c.dying:
-		c.tx.batching, c.tx.kept, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0
-		c.unlockTx(false)
-		return true
-	default:
+	if !c.isDying() {
 		return false
 	}
+	c.tx.batching, c.tx.kept, c.tx.keptLen, c.tx.nheld = false, 0, 0, 0
+	c.unlockTx(false)
+	return true
 }
 
 // Flush implements engine.Batcher: it writes the messages kept back when
@@ -656,6 +666,15 @@ func (c *conn) buildTagged(iov [][]byte, op wire.Opcode, stag uint32, to uint64,
 // off. c.tx.mu is held.
 func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	maxp := c.payloadMax(hdrLen)
+	if n <= copySmall && n <= maxp {
+		return c.buildSmall(iov, hdrLen, segs, n, put)
+	}
+	return c.buildFPDUs(iov, hdrLen, segs, n, maxp, put)
+}
+
+// buildFPDUs is build's general case: FPDUs of at most maxp bytes of
+// payload each, the payload pieces pointing into segs. c.tx.mu is held.
+func (c *conn) buildFPDUs(iov [][]byte, hdrLen int, segs [][]byte, n, maxp int, put func(h []byte, off, plen int, last bool)) [][]byte {
 	nf := 1
 	if n > 0 {
 		nf = (n + maxp - 1) / maxp
@@ -700,6 +719,37 @@ func (c *conn) build(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h 
 		iov = append(iov, t)
 		off += plen
 	}
+	c.tx.iov = iov
+	return iov
+}
+
+// copySmall is the largest payload that build copies next to its header
+// and trailer: the FPDU is then one piece of the writev, which the kernel
+// copies in one go, where three pieces (and their iovecs) cost more than
+// the copy of a few dozen bytes. The bytes on the wire are the same.
+const copySmall = 64
+
+// buildSmall is build for a message of n <= copySmall bytes that fits one
+// FPDU: header, payload, pad and CRC laid out together in the header
+// arena. c.tx.mu is held.
+func (c *conn) buildSmall(iov [][]byte, hdrLen int, segs [][]byte, n int, put func(h []byte, off, plen int, last bool)) [][]byte {
+	pad := wire.Pad(hdrLen - wire.MPALenLen + n)
+	end := hdrLen + n
+	f := c.hdrs(end + pad + wire.CRCLen)
+	put(f[:hdrLen], 0, n, true)
+	k := hdrLen
+	for _, s := range segs {
+		k += copy(f[k:end], s)
+	}
+	var crc uint32
+	if c.crc {
+		c.tx.crc.Reset()
+		c.tx.crc.Update(f[:end])
+		c.tx.crc.UpdatePad(pad)
+		crc = c.tx.crc.Sum()
+	}
+	wire.PutTrailer(f[end:], pad, crc)
+	iov = append(iov, f)
 	c.tx.iov = iov
 	return iov
 }
