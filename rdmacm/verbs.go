@@ -296,31 +296,24 @@ func (id *ID) getComp(ctx context.Context, send bool) (verbs.WC, error) {
 // waitComp takes one completion of cq: it polls for up to the CQ's
 // SpinFor, then waits on ch (or CQ.Wait without one), and tells the CQ's
 // adaptive spin how long the wait took. The spin ends early when ctx
-// ends or done (the identifier's) is closed. A wait on ch that will not
-// spin arms at once when the CQ holds nothing (CQ.Holding): the poll
-// before arming would make progress that the sleep makes first (it reads
-// the transport's socket before it parks, where it parks in one), and
-// the poll after arming finds what came before the arming.
+// ends or done (the identifier's) is closed.
 func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel) (verbs.WC, error) {
 	// The slice Poll fills would escape (an interface call): it comes
 	// from the pool.
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	wc := &s.wc
-	if ch == nil || cq.Holding() {
-		n, err := cq.Poll(wc[:])
-		if err != nil || n == 1 {
-			return wc[0], err
-		}
-		if ch == nil {
-			// CQ.Wait spins and adapts; the poll above was the last look (a
-			// second would cost another empty read of a socket transport).
-			return waitLoop(ctx, cq, ch, wc, false)
-		}
+	n, err := cq.Poll(wc[:])
+	if err != nil || n == 1 {
+		return wc[0], err
 	}
-	spin := cq.SpinFor()
+	if ch == nil {
+		// CQ.Wait spins and adapts; the poll above was the last look (a
+		// second would cost another empty read of a socket transport).
+		return waitLoop(ctx, cq, ch, wc, false)
+	}
 	start := time.Now()
-	r, err := spinThenWait(ctx, done, cq, ch, wc, start, spin)
+	r, err := spinThenWait(ctx, done, cq, ch, wc, start)
 	if err == nil {
 		cq.WaitTook(time.Since(start))
 	}
@@ -328,8 +321,8 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 }
 
 // spinThenWait is waitComp's spin and sleep on ch.
-func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, start time.Time, spin time.Duration) (verbs.WC, error) {
-	if spin > 0 {
+func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, start time.Time) (verbs.WC, error) {
+	if spin := cq.SpinFor(); spin > 0 {
 		// Polling, not arming: a transport in polled mode stays in it, and
 		// a completion due within the spin comes with no wake-up.
 		deadline := start.Add(spin)
@@ -347,10 +340,10 @@ func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *v
 			}
 		}
 	}
-	// The spin's last poll, or waitComp's (or its look at the CQ), was
-	// the last look: another before arming would cost an empty poll (a
-	// system call on a socket transport) and could find nothing that the
-	// poll after arming does not.
+	// The spin's last poll, or waitComp's, was the last look: another
+	// before arming would cost an empty poll (a system call on a socket
+	// transport) and could find nothing that the poll after arming does
+	// not.
 	return waitLoop(ctx, cq, ch, wc, false)
 }
 

@@ -59,21 +59,6 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return cq.d.ReqNotify(solicitedOnly)
 }
 
-// Holding reports whether the CQ may hold a completion now, as far as its
-// provider can tell without polling: false means that it holds none, and
-// that only progress a Poll would make could put one there. Providers that
-// cannot tell without polling (rdmacore) always report true. A wait that
-// would poll once, then arm the CQ and sleep in GetEvent, arms at once when
-// it is false: where the sleep parks in a socket (see Blocking waits), it
-// reads the socket first, and the poll's read of it would find nothing
-// more.
-func (cq *CQ) Holding() bool {
-	if h, ok := cq.d.(cqHolder); ok {
-		return h.Holding()
-	}
-	return true
-}
-
 // Wait blocks until the CQ holds at least one completion, or ctx is done.
 // It needs no channel and no arming. A completion that is already there
 // makes it return at once. It first polls for up to SpinFor (see

@@ -217,12 +217,9 @@ func (cq *CQ) Resize(cqe int) error {
 	return r.Resize(cqe)
 }
 
-// The optional provider interfaces behind memory windows, Rereg, Resize
-// and CQ.Holding (verbs/driver publishes the same literals).
+// The optional provider interfaces behind memory windows, Rereg and
+// Resize (verbs/driver publishes the same literals).
 type (
-	cqHolder = interface {
-		Holding() bool
-	}
 	mwAllocator = interface {
 		AllocMW(mw *MW, typ MWType) (mwDriver, error)
 	}

@@ -285,11 +285,6 @@ func (cq *CQ) empty() bool {
 	return r.slots[pos&r.mask].seq.Load() != pos+1
 }
 
-// Holding implements driver.CQHolder: a look at the ring, no progress.
-func (cq *CQ) Holding() bool {
-	return !cq.empty() || cq.overflow.Load() || cq.destroyed.Load()
-}
-
 // isArmed reports whether ReqNotify armed the CQ and no event fired since:
 // the application is about to block on its channel, so polled mode must not
 // rely on it polling again.

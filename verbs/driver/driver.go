@@ -91,13 +91,6 @@ type MRRereger = interface {
 	Rereg(pd PD, buf []byte, addr uint64, access verbs.AccessFlags) (MR, error)
 }
 
-// CQHolder is a CQ that tells whether it holds a completion without
-// polling (optional; CQ.Holding): Holding must not block, allocate or make
-// progress.
-type CQHolder = interface {
-	Holding() bool
-}
-
 // CQResizer is a CQ that can be resized (optional; CQ.Resize).
 type CQResizer = interface {
 	Resize(cqe int) error
