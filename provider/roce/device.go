@@ -407,13 +407,6 @@ func (d *device) blockFD(fd uintptr) bool {
 			d.stats.Received.Add(1)
 			d.receive(d.rx.buf[off:min(off+seg, n)], from, nil)
 		}
-		if !w.Idle() {
-			// The wait is over: what else the socket holds is the next
-			// poll's (each datagram that arrives is an edge of its own,
-			// so nothing is lost by leaving it), and the read that would
-			// find the socket empty is saved.
-			break
-		}
 	}
 	d.rx.Unlock()
 	if !w.Idle() {
