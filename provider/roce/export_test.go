@@ -48,3 +48,6 @@ func SetWireFaults(f func(pkt []byte) FaultKind) (restore func()) {
 	old := hook.RoCEWire.Set(f, f == nil)
 	return func() { hook.RoCEWire.Set(old, old == nil) }
 }
+
+// FirstACKEvery is firstACKEvery.
+const FirstACKEvery = firstACKEvery

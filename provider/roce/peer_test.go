@@ -16,6 +16,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/ib"
+	"github.com/goverbs/goverbs/provider/roce"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -719,9 +720,11 @@ func TestPeerACKPrecedesReply(t *testing.T) {
 func TestPeerFirstPacketAcknowledged(t *testing.T) {
 	inModes(t, func(t *testing.T, p *peer) {
 		const n = 8 << 10 // 8 packets of the path MTU (1 KiB)
+		const spaced, backToBack = 6, 10
 		va, rkey := p.x.MR.RemoteAddr(0), p.x.MR.RKey()
 		chunk := make([]byte, 1024)
-		for round := range 6 {
+		firstACKs := 0 // in the rounds back to back
+		for round := range spaced + backToBack {
 			first := p.rpsn
 			write := round%2 == 1
 			if !write {
@@ -738,14 +741,40 @@ func TestPeerFirstPacketAcknowledged(t *testing.T) {
 				} else {
 					p.send(ib.SendOpcode(i == 0, last, false, false), ib.PSNAdd(first, i), last, nil, chunk)
 				}
-				if i == 0 {
+				if i == 0 && round < spaced {
 					p.expect(2*time.Second, ib.SyndromeACK, first, fmt.Sprintf("round %d (WRITE %v): the ACK of the first packet, the rest to come", round, write))
 				}
 			}
-			p.expect(2*time.Second, ib.SyndromeACK, ib.PSNAdd(first, n/1024-1), fmt.Sprintf("round %d: the ACK of the last packet", round))
+			lastPSN := ib.PSNAdd(first, n/1024-1)
+			if round < spaced {
+				p.expect(2*time.Second, ib.SyndromeACK, lastPSN, fmt.Sprintf("round %d: the ACK of the last packet", round))
+				time.Sleep(roce.FirstACKEvery + time.Millisecond) // the next round's first packet is due an ACK
+			} else {
+				// Back to back with the round before: the first packet's
+				// ACK comes at most every roce.FirstACKEvery, not with every
+				// message.
+				for deadline := time.Now().Add(2 * time.Second); ; {
+					k := p.recv(time.Until(deadline))
+					if k == nil {
+						t.Fatalf("round %d: no ACK of the last packet", round)
+					}
+					if k.Op != ib.Acknowledge {
+						continue
+					}
+					if k.PSN == first {
+						firstACKs++
+					}
+					if k.PSN == lastPSN {
+						break
+					}
+				}
+			}
 			p.rpsn = ib.PSNAdd(first, n/1024)
 		}
-		for i := range 3 {
+		if firstACKs > backToBack/2 {
+			t.Fatalf("%d of %d messages back to back had their first packet acknowledged; want one every %v at most", firstACKs, backToBack, roce.FirstACKEvery)
+		}
+		for i := range (spaced + backToBack) / 2 {
 			conformance.ExpectWC(t, conformance.Poll1(t, p.x.RecvCQ), uint64(2*i), verbs.WCSuccess, verbs.WCRecv)
 		}
 	})
