@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,12 +40,7 @@ func echo(w http.ResponseWriter, r *http.Request) {
 
 // serveHTTP serves echo at addr until stop is called.
 func serveHTTP(addr string) (stop func(), err error) {
-	var ln net.Listener
-	if name, ok := strings.CutPrefix(addr, "kernel:"); ok {
-		ln, err = net.Listen("unix", name)
-	} else {
-		ln, err = rsocket.Listen(addr)
-	}
+	ln, err := ListenIPC(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/rsocket"
 )
 
 // PrefixEnv names a command that a two-process benchmark's server
@@ -31,6 +34,15 @@ func selfUsage() usage {
 		cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		csw: ru.Nvcsw + ru.Nivcsw,
 	}
+}
+
+// ListenIPC listens at a server process's address: "kernel:" and a Unix
+// socket's name for the kernel's socket, else rsocket's address.
+func ListenIPC(addr string) (net.Listener, error) {
+	if name, ok := strings.CutPrefix(addr, "kernel:"); ok {
+		return net.Listen("unix", name)
+	}
+	return rsocket.Listen(addr)
 }
 
 // ServeIPC is the server process's side: it calls serve(addr), says

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	rsocketbench "github.com/goverbs/goverbs/bench/rsocket"
 	"github.com/goverbs/goverbs/rsocket"
 )
 
@@ -108,14 +109,15 @@ func BenchmarkUnary(b *testing.B) {
 				} else {
 					cc = rsocketSetup(b, uniqueUnix("bench"))
 				}
-				benchUnary(b, cc, size)
+				benchUnary(b, cc, size, nil)
 			})
 		}
 	}
 }
 
-// benchUnary makes b.N unary calls of size bytes each way on cc.
-func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
+// benchUnary makes b.N unary calls of size bytes each way on cc; srv,
+// when not nil, is the server process, whose usage the calls report too.
+func benchUnary(b *testing.B, cc *grpc.ClientConn, size int, srv *rsocketbench.IPC) {
 	ctx := context.Background()
 	in, out := make([]byte, size), []byte(nil)
 	for range 10 {
@@ -124,11 +126,18 @@ func benchUnary(b *testing.B, cc *grpc.ClientConn, size int) {
 		}
 	}
 	b.SetBytes(int64(2 * size))
+	if srv != nil {
+		srv.Begin(b)
+	}
 	b.ResetTimer()
 	for range b.N {
 		if err := unary(ctx, cc, in, &out); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if srv != nil {
+		b.StopTimer()
+		srv.End(b)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +28,7 @@ func TestMain(m *testing.M) {
 
 // serveOnly serves the echo service at addr until stop is called.
 func serveOnly(addr string) (stop func(), err error) {
-	var ln net.Listener
-	if name, ok := strings.CutPrefix(addr, "kernel:"); ok {
-		ln, err = net.Listen("unix", name)
-	} else {
-		ln, err = rsocket.Listen(addr)
-	}
+	ln, err := rsocketbench.ListenIPC(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -72,28 +66,8 @@ func BenchmarkUnaryIPC(b *testing.B) {
 		for _, tr := range []string{"rsocket-shm", "unix"} {
 			b.Run(fmt.Sprintf("%s/%d", tr, size), func(b *testing.B) {
 				cc, srv := ipcSetup(b, tr)
-				benchUnaryIPC(b, cc, srv, size)
+				benchUnary(b, cc, size, srv)
 			})
 		}
 	}
-}
-
-func benchUnaryIPC(b *testing.B, cc *grpc.ClientConn, srv *rsocketbench.IPC, size int) {
-	ctx := context.Background()
-	in, out := make([]byte, size), []byte(nil)
-	for range 10 {
-		if err := unary(ctx, cc, in, &out); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.SetBytes(int64(2 * size))
-	srv.Begin(b)
-	b.ResetTimer()
-	for range b.N {
-		if err := unary(ctx, cc, in, &out); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	srv.End(b)
 }

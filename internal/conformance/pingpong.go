@@ -233,3 +233,31 @@ func WriteRate(b *testing.B, x, y *Side, size, list, depth, mod int) {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
+
+// BenchSendRecvOneGoroutine posts an 8-byte inline signaled SEND from x
+// and its receive at y, and polls both CQs, in one goroutine: one
+// message's work on both sides without the hand-over between two spinning
+// goroutines or cache lines moving between cores, so that
+// bench/callgrind.sh can count its instructions (and perf stat its
+// system calls) per message.
+func BenchSendRecvOneGoroutine(b *testing.B, x, y *Side) {
+	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
+	recv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, 8)}}}
+	wc := make([]verbs.WC, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := y.QP.PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.QP.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+		if err := Spin(y.RecvCQ, wc); err != nil {
+			b.Fatal(err)
+		}
+		if err := Spin(x.SendCQ, wc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

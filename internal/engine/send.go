@@ -454,17 +454,7 @@ func (q *QP) postSendOne(wr *verbs.SendWR) bool {
 		q.completeDirect(wr, n) // as postDirect
 		return true
 	}
-	q.fillSent(w, wr, n)
-	w.state = wqePending
-	if done {
-		w.state = wqeDone
-	}
-	q.sq.tail++
-	q.sq.next = q.sq.tail
-	q.sq.sent = max(q.sq.sent, q.sq.next)
-	if done {
-		q.retire()
-	}
+	q.queueSent(w, wr, n, done)
 	return true
 }
 
@@ -627,6 +617,14 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again, last bool) in
 		q.completeDirect(wr, n)
 		return dirPosted | dirCalled | dirSent
 	}
+	q.queueSent(w, wr, n, done)
+	return dirPosted | dirCalled | dirSent
+}
+
+// queueSent enters w, which the transport took directly (done: and
+// finished), into the send queue as sent, and retires it if done, in
+// order: behind requests still pending.
+func (q *QP) queueSent(w *WQE, wr *verbs.SendWR, n uint64, done bool) {
 	q.fillSent(w, wr, n)
 	w.state = wqePending
 	if done {
@@ -636,9 +634,8 @@ func (q *QP) postDirect(wr *verbs.SendWR, n uint64, inline, again, last bool) in
 	q.sq.next = q.sq.tail
 	q.sq.sent = max(q.sq.sent, q.sq.next)
 	if done {
-		q.retire() // in order: behind requests still pending
+		q.retire()
 	}
-	return dirPosted | dirCalled | dirSent
 }
 
 // oneSided is postDirect for a WRITE or READ of one segment, not inline,

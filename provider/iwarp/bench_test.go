@@ -70,23 +70,5 @@ func BenchmarkRDMAWriteList(b *testing.B) {
 // system calls) per message.
 func BenchmarkSendRecvOneGoroutine(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
-	recv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, 8)}}}
-	wc := make([]verbs.WC, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := y.QP.PostRecv(recv); err != nil {
-			b.Fatal(err)
-		}
-		if err := x.QP.PostSend(send); err != nil {
-			b.Fatal(err)
-		}
-		if err := conformance.Spin(y.RecvCQ, wc); err != nil {
-			b.Fatal(err)
-		}
-		if err := conformance.Spin(x.SendCQ, wc); err != nil {
-			b.Fatal(err)
-		}
-	}
+	conformance.BenchSendRecvOneGoroutine(b, x, y)
 }

@@ -72,21 +72,7 @@ func BenchmarkMemcpy(b *testing.B) {
 // cache lines moving between cores.
 func BenchmarkSendRecvOneGoroutine(b *testing.B) {
 	x, y := benchPair(b, 4096)
-	send := []verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, 8)}}}
-	recv := []verbs.RecvWR{{SGList: []verbs.SGE{y.MR.SGE(0, 8)}}}
-	wc := make([]verbs.WC, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		y.QP.PostRecv(recv)
-		x.QP.PostSend(send)
-		if err := conformance.Spin(y.RecvCQ, wc); err != nil {
-			b.Fatal(err)
-		}
-		if err := conformance.Spin(x.SendCQ, wc); err != nil {
-			b.Fatal(err)
-		}
-	}
+	conformance.BenchSendRecvOneGoroutine(b, x, y)
 }
 
 // BenchmarkRDMAWriteRate measures the RDMA WRITE message rate the way

@@ -95,6 +95,14 @@ func (s *setup) unmarshal(b []byte) error {
 // readMsg reads one message and the file descriptors passed with it.
 func readMsg(uc *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err error) {
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	return received(buf, oob, n, oobn, err)
+}
+
+// received is what a read of n bytes and oobn of control data into buf
+// and oob that ended with err brought: the message and the descriptors
+// it passed, or the read's error (errPeerClosed at the socket's end; the
+// descriptors are closed then).
+func received(buf, oob []byte, n, oobn int, err error) (msg []byte, fds []int, _ error) {
 	if oobn > 0 {
 		fds = parseFds(oob[:oobn])
 	}

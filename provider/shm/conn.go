@@ -395,19 +395,7 @@ func (c *conn) readSock(buf, oob []byte) (msg []byte, fds []int, err error) {
 	if err := c.rxPark.WaitFD(c.sfd, c.rxFn); err != nil {
 		return nil, nil, err
 	}
-	r := &c.rx
-	if r.oobn > 0 {
-		fds = parseFds(oob[:r.oobn])
-	}
-	if r.err != nil {
-		closeFds(fds)
-		return nil, nil, r.err
-	}
-	if r.n == 0 {
-		closeFds(fds)
-		return nil, nil, errPeerClosed
-	}
-	return buf[:r.n], fds, nil
+	return received(buf, oob, c.rx.n, c.rx.oobn, c.rx.err)
 }
 
 // Progress implements engine.Progressor: the application polls a CQ of the
