@@ -59,9 +59,13 @@ func TestReadWithSpinOff(t *testing.T) {
 			defer b.Close()
 			defer a.Close()
 			buf := make([]byte, 8)
+			// Each write comes well after the Read began to wait (the
+			// writer's sleep starts before the Read: under -race or load a
+			// Read that began late waited less than longWait at 2x).
+			const after = 10 * longWait
 			for i := 0; i < longWaits; i++ {
 				go func() {
-					time.Sleep(2 * longWait)
+					time.Sleep(after)
 					a.Write([]byte("x"))
 				}()
 				if _, err := b.Read(buf); err != nil {
@@ -69,7 +73,7 @@ func TestReadWithSpinOff(t *testing.T) {
 				}
 			}
 			if b.rd.spin != 0 {
-				t.Fatalf("spin %v after %d reads that waited %v, want 0", b.rd.spin, longWaits, 2*longWait)
+				t.Fatalf("spin %v after %d reads that waited %v, want 0", b.rd.spin, longWaits, after)
 			}
 			done := make(chan error, 1)
 			go func() {
