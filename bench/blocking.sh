@@ -15,6 +15,10 @@
 # of the rounds, each ratio is between medians of this run (goverbs over
 # the kernel's socket of the same binary's run). With GOVERBS_BASE, that
 # tree gets a copy of bench/blocking and is measured beside this one.
+# "raw socket" is the Unix or TCP socket again, its reads and writes raw
+# system calls as goverbs' are (a control row: with free placement the
+# kernel keeps a Go socket ping-pong on one vCPU only while each call goes
+# through the runtime's syscall entry, which wakes the sysmon thread).
 #
 # Placements: where a wake-up lands decides a sleeping round trip on a
 # small virtual machine (a wake-up on the other CPU costs tens of
@@ -33,13 +37,17 @@ ROUNDS=${ROUNDS:-3}
 BENCHTIME=${BENCHTIME:-0.5s}
 SIZES=${SIZES:-"8 4096 65536"}
 PLACEMENTS=${PLACEMENTS:-"free split same"}
+# Each group's rows run back to back in each placement: goverbs' row, the
+# kernel socket's, and the kernel socket's read and written with raw system
+# calls (the control rows for placement: see bench/blocking).
+ROWGROUPS=${ROWGROUPS:-"shm,unix,unixraw iwarp,tcp,tcpraw roce,udp"}
 OUT=${OUT:-$(mktemp -d /tmp/blocking-bench.XXXXXX)}
 mkdir -p "$OUT"
 go test -c -o "$OUT/new.test" ./bench/blocking
 bins=(new)
 if [ -n "${GOVERBS_BASE:-}" ]; then
 	mkdir -p "$GOVERBS_BASE/bench/blocking"
-	cp bench/blocking/bench_test.go "$GOVERBS_BASE/bench/blocking/"
+	cp bench/blocking/bench_test.go bench/blocking/rawsock_unsafe.go "$GOVERBS_BASE/bench/blocking/"
 	(cd "$GOVERBS_BASE" && go test -c -o "$OUT/old.test" ./bench/blocking)
 	bins=(old new)
 fi
@@ -61,12 +69,12 @@ run() { # placement binary pattern
 for r in $(seq "$ROUNDS"); do
 	echo "round $r/$ROUNDS" >&2
 	for size in $SIZES; do
-		for pair in "shm unix" "iwarp tcp" "roce udp"; do
+		for group in $ROWGROUPS; do
 			for pl in $PLACEMENTS; do
 				for b in "${bins[@]}"; do
-					for tr in $pair; do
+					for tr in ${group//,/ }; do
 						spins="off adaptive"
-						case $tr in unix | tcp | udp) spins="-" ;; esac
+						case $tr in unix* | tcp* | udp) spins="-" ;; esac
 						for spin in $spins; do
 							(cd bench/blocking && run "$pl" "$b" "^BenchmarkPingPong\$/^$tr\$/^$size\$/^$spin\$") |
 								awk -v r="$r" -v b="$b" -v pl="$pl" '
@@ -94,7 +102,8 @@ cmed = {k: statistics.median(v) for k, v in cpus.items()}
 peer = {"shm": "unix", "iwarp": "tcp", "roce": "udp"}
 bins = sorted({k[0] for k in med}, key=lambda b: b != "old")
 places = [p for p in ("free", "split", "same") if any(k[1] == p for k in med)]
-hdr = "| size | goverbs | spin | placement | " + " | ".join(f"{b} µs | {b} socket µs | {b} ratio" for b in bins)
+raw = {"shm": "unixraw", "iwarp": "tcpraw"}
+hdr = "| size | goverbs | spin | placement | " + " | ".join(f"{b} µs | {b} socket µs | {b} ratio | {b} raw socket µs" for b in bins)
 if cmed:
     hdr += " | " + " | ".join(f"{b} CPU µs | {b} socket CPU µs" for b in bins)
 print(hdr + " |")
@@ -108,7 +117,9 @@ for size in sorted({k[3] for k in med}):
                     continue
                 for b in bins:
                     g, k = med.get((b, pl, tr, size, spin)), med.get((b, pl, peer[tr], size, "-"))
-                    row += [f"{g / 1e3:.1f}" if g else "-", f"{k / 1e3:.1f}" if k else "-", f"{g / k:.2f}x" if g and k else "-"]
+                    rk = med.get((b, pl, raw.get(tr), size, "-"))
+                    row += [f"{g / 1e3:.1f}" if g else "-", f"{k / 1e3:.1f}" if k else "-", f"{g / k:.2f}x" if g and k else "-",
+                            f"{rk / 1e3:.1f}" if rk else "-"]
                 if cmed:
                     for b in bins:
                         g, k = cmed.get((b, pl, tr, size, spin)), cmed.get((b, pl, peer[tr], size, "-"))

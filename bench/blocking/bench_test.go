@@ -43,8 +43,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// Transports: goverbs' and the kernel's, in the pairs the table compares.
-var transports = []string{"shm", "unix", "iwarp", "tcp", "roce", "udp"}
+// Transports: goverbs' and the kernel's, in the pairs the table compares,
+// and the kernel's Unix and TCP sockets read and written with raw system
+// calls (rawSock: "unixraw", "tcpraw"), the control rows for placement.
+var transports = []string{"shm", "unix", "unixraw", "iwarp", "tcp", "tcpraw", "roce", "udp"}
 
 // BenchmarkPingPong/<transport>/<size>/<spin>: spin "off" is every wait
 // sleeping at once (SetWaitSpin(0), both sides), "adaptive" the default
@@ -79,7 +81,7 @@ func listenAddr(tr string) string {
 	switch tr {
 	case "shm":
 		return fmt.Sprintf("unix:@goverbs-blocking-%d-%d", os.Getpid(), seq.Add(1))
-	case "unix":
+	case "unix", "unixraw":
 		return fmt.Sprintf("@goverbs-blocking-u-%d-%d", os.Getpid(), seq.Add(1))
 	case "roce":
 		return fmt.Sprintf("roce://%v:%d", roceAddr(2), 7400+seq.Add(1)%90)
@@ -184,16 +186,34 @@ func verbsPingPong(b *testing.B, tr, addr string, size int, spin string) {
 	}
 }
 
-func sockPingPong(b *testing.B, tr, addr string, size int) {
-	network := tr
-	if tr == "unix" {
-		network = "unix"
+// kernelNet is the network of a kernel socket's row, and whether the row
+// reads and writes it with raw system calls.
+func kernelNet(tr string) (network string, raw bool) {
+	if n, ok := strings.CutSuffix(tr, "raw"); ok {
+		return n, true
 	}
-	c, err := net.Dial(network, addr)
+	return tr, false
+}
+
+// sockRW is c, or c read and written with raw system calls.
+func sockRW(c net.Conn, raw bool) (io.ReadWriter, error) {
+	if raw {
+		return newRawSock(c)
+	}
+	return c, nil
+}
+
+func sockPingPong(b *testing.B, tr, addr string, size int) {
+	network, raw := kernelNet(tr)
+	nc, err := net.Dial(network, addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer nc.Close()
+	c, err := sockRW(nc, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
 	buf := make([]byte, size)
 	round := func() error {
 		if _, err := c.Write(buf); err != nil {
@@ -265,12 +285,17 @@ func serve(spec string) error {
 			}
 		}
 	}
-	ln, err := net.Listen(tr, addr)
+	network, raw := kernelNet(tr)
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return err
 	}
 	fmt.Println(ln.Addr())
-	c, err := ln.Accept()
+	nc, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	c, err := sockRW(nc, raw)
 	if err != nil {
 		return err
 	}
