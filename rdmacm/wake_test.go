@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/engine"
 	"github.com/goverbs/goverbs/internal/leakcheck"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
@@ -561,6 +562,115 @@ func testSharedCQ(t *testing.T, tr transport) {
 	for range conns {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The idle rule under a sleeping ping-pong: while blocking waits keep
+// returning, its timers tick every engine.BlockIdle, not every PollIdle
+// (each tick starts a goroutine, and with it a runtime thread that then
+// holds the netpoller: a fifth of such a ping-pong's CPU when it ticked
+// every PollIdle); and once the application stops, neither polling nor
+// waiting, each side's polled mode still ends, within about BlockIdle.
+func TestIdleRuleUnderBlockingPingPong(t *testing.T) { both(t, testIdleRuleBlocking) }
+
+func testIdleRuleBlocking(t *testing.T, tr transport) {
+	leakcheck.Check(t)
+	c, s := pair(t, tr, nil, nil)
+	for _, id := range []*rdmacm.ID{c, s} {
+		id.SendCQ().SetWaitSpin(0) // every wait that finds nothing sleeps
+		id.RecvCQ().SetWaitSpin(0)
+	}
+	ctx := timeout(t)
+	cbuf, sbuf := make([]byte, 64), make([]byte, 64)
+	cmr, err := c.RegMsgs(cbuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smr, err := s.RegMsgs(sbuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmr.Dereg()
+	defer smr.Dereg()
+	if err := s.PostRecv(0, sbuf[32:40], smr); err != nil {
+		t.Fatal(err)
+	}
+	const last = ^uint64(0) // the client's last message
+	errc := make(chan error, 1)
+	go func() { // the server echoes until the client's last message
+		for {
+			wc, err := s.GetRecvComp(ctx)
+			if err == nil {
+				err = wc.Err()
+			}
+			copy(sbuf[:8], sbuf[32:40])
+			if err == nil {
+				err = s.PostRecv(0, sbuf[32:40], smr)
+			}
+			if err == nil {
+				err = s.PostSend(1, sbuf[:8], smr, verbs.SendSignaled)
+			}
+			if err == nil {
+				_, err = s.GetSendComp(ctx)
+			}
+			if err != nil || binary.LittleEndian.Uint64(sbuf[:8]) == last {
+				errc <- err
+				return
+			}
+		}
+	}()
+	round := func(v uint64) {
+		t.Helper()
+		binary.LittleEndian.PutUint64(cbuf[:8], v)
+		if err := c.PostRecv(0, cbuf[32:40], cmr); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.PostSend(1, cbuf[:8], cmr, verbs.SendSignaled); err != nil {
+			t.Fatal(err)
+		}
+		for _, get := range []func(context.Context) (verbs.WC, error){c.GetSendComp, c.GetRecvComp} {
+			wc, err := get(ctx)
+			if err == nil {
+				err = wc.Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := binary.LittleEndian.Uint64(cbuf[32:40]); got != v {
+			t.Fatalf("echo %d, want %d", got, v)
+		}
+	}
+	for i := range 50 {
+		round(uint64(i))
+	}
+	ticks0 := engine.IdleTicks()
+	start, rounds := time.Now(), 0
+	for time.Since(start) < 300*time.Millisecond {
+		round(uint64(rounds))
+		rounds++
+	}
+	elapsed := time.Since(start)
+	ticks := engine.IdleTicks() - ticks0
+	// Two QPs, each ticking at most once a BlockIdle (and a few times
+	// sooner, after a rest); every PollIdle would be eight times as many.
+	t.Logf("%d idle ticks in %v (%d round trips)", ticks, elapsed, rounds)
+	if limit := 2 * (uint64(elapsed/engine.BlockIdle) + 5); ticks > limit {
+		t.Fatalf("%d idle ticks in %v of sleeping ping-pong (%d round trips), want at most %d", ticks, elapsed, rounds, limit)
+	}
+	round(last)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	// Nobody polls or waits now: each side's polled mode ends.
+	deadline := time.Now().Add(2 * time.Second)
+	for _, id := range []*rdmacm.ID{c, s} {
+		for engine.PolledMode(id.QP()) {
+			if time.Now().After(deadline) {
+				t.Fatal("polled mode still on 2 s after the ping-pong stopped")
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 }

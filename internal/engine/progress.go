@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // PollIdle is how long an application may go without polling before the
@@ -80,9 +81,12 @@ func (p *progress) start() {
 // thread's makes the runtime wake a thread (to sleep again with the new
 // deadline), which a blocking wait paid on every return when it re-armed
 // the timer each time.
-func (p *progress) armIdle() {
+func (p *progress) armIdle() { p.armIdleAfter(PollIdle) }
+
+// armIdleAfter is armIdle with the tick d from now.
+func (p *progress) armIdleAfter(d time.Duration) {
 	if !p.idleOn.Load() && p.idleOn.CompareAndSwap(false, true) {
-		p.idle.Reset(PollIdle)
+		p.idle.Reset(d)
 	}
 }
 
@@ -94,26 +98,42 @@ func (p *progress) stop() {
 	}
 }
 
-// idleTick runs every PollIdle while the application polls; it re-arms
-// itself while polled mode lasts.
+// BlockIdle is the idle rule's period while blocking waits keep returning
+// (a sleeping ping-pong): then the application is there, and a tick only
+// confirms it. Each tick runs in a goroutine of its own (time.AfterFunc),
+// whose start wakes an idle thread of the runtime (newproc -> wakep); that
+// thread then stays behind as the one blocked in the netpoller, often on
+// the other CPU, and the peer's next message wakes it there: ticking every
+// PollIdle under a sleeping ping-pong cost 20-30% of its CPU (8 B between
+// two processes, free placement). An application that stops after its
+// last wait, neither polling nor waiting, has polled mode ended within two
+// BlockIdle periods (within two PollIdle ones after its last poll).
+const BlockIdle = 16 * time.Millisecond
+
+// idleTick runs every PollIdle while the application polls (BlockIdle while
+// its blocking waits keep returning); it re-arms itself while polled mode
+// lasts. A tick after waits returned marks the period (a poll clears the
+// mark): the next tick ends polled mode if no poll and no wait came since.
 // A tick during a blocking wait lets the timer rest (an idle connection
-// costs no CPU) when no wait returned since the last such tick; the wait
-// re-arms it when it returns. Each side clears its flag before it looks at
-// the other's (idleOn here, blocking there): one of the two sees the
-// other, so the timer is never left resting after a wait. While waits keep
-// returning (a blocking ping-pong) it keeps ticking instead: a re-arm on a
-// wait's return, with no thread in the netpoller then, makes the runtime
-// start one (wakeNetPoller -> wakep), about once per tick, a thread
-// wake-up more than the tick's own.
+// costs no CPU) when no wait returned since the last tick; the wait re-arms
+// it when it returns. Each side clears its flag before it looks at the
+// other's (idleOn here, blocking there): one of the two sees the other, so
+// the timer is never left resting after a wait. (While waits keep
+// returning it keeps ticking rather than rest: a re-arm on a wait's
+// return, with no thread in the netpoller then, makes the runtime start
+// one, wakeNetPoller -> wakep, a thread wake-up per rest.)
 func (p *progress) idleTick() {
 	p.idleOn.Store(false)
+	idleTicks.Add(1)
 	if !p.polled.Load() || p.detached.Load() {
 		return
 	}
+	if w := p.waits.Load(); p.tickSeen.Swap(w) != w {
+		p.idleMark.Store(true)
+		p.armIdleAfter(BlockIdle)
+		return
+	}
 	if p.blocking.Load() {
-		if w := p.waits.Load(); p.tickSeen.Swap(w) != w {
-			p.armIdle()
-		}
 		return
 	}
 	if p.idleMark.Swap(true) {
@@ -121,6 +141,24 @@ func (p *progress) idleTick() {
 		return
 	}
 	p.armIdle()
+}
+
+// idleTicks counts the idle rule's ticks in the process (IdleTicks).
+var idleTicks atomic.Uint64
+
+// IdleTicks returns how many times the idle rule's timers fired in this
+// process (for tests of the rule).
+func IdleTicks() uint64 { return idleTicks.Load() }
+
+// PolledMode reports whether qp, a QP of the engine's, is in polled mode
+// (for tests of the idle rule).
+func PolledMode(qp *verbs.QP) bool {
+	q, ok := driver.QPOf(qp).(*QP)
+	if !ok {
+		return false
+	}
+	p := q.prog.Load()
+	return p != nil && p.polled.Load()
 }
 
 // attach makes the QP's CQs drive t.
