@@ -302,6 +302,15 @@ func (r *Consumer) Peek(h *Rec) (payload []byte, ok bool, err error) {
 	return b[HdrLen : HdrLen+uint64(h.N) : HdrLen+uint64(h.N)], true, nil
 }
 
+// Empty reports whether Peek would find nothing: no record (nor pad) is
+// stamped at the consumer's position. Small enough to be inlined: a
+// consumer looks at a ring that is usually empty (responses) without
+// Peek's call.
+func (r *Consumer) Empty() bool {
+	st := atomic.LoadUint64(r.stamp(r.Head&r.mask)) ^ r.key
+	return st != r.Head && st != r.Head|stampPad
+}
+
 // Idle reports, from any goroutine, whether the consumer has taken and
 // acknowledged every record the producer stamped.
 func (r *Consumer) Idle() bool {
