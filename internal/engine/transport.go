@@ -33,7 +33,7 @@ type Transport interface {
 // (polled mode, as libfabric's manual progress). The engine decides when
 // the application polls: from its first poll of a CQ of the QP that is not
 // armed for an event, until it blocks (CQ.Wait, ReqNotify) or has not
-// polled for PollIdle.
+// polled for PollIdle (nor waited, for BlockIdle: see idleTick).
 type Progressor interface {
 	// Progress does, without blocking, whatever the transport has ready
 	// (incoming messages, responses, acknowledgements). ho takes receive

@@ -128,7 +128,8 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// requester reads, and the next locked instruction of this poll would
 	// wait for that line's round trip between cores. A poll comes soon in
 	// polled mode, and the engine ends polled mode (publishing) after
-	// engine.PollIdle. Acknowledged at once: a request someone waits for
+	// engine.PollIdle (engine.BlockIdle when the application's blocking
+	// waits returned meanwhile). Acknowledged at once: a request someone waits for
 	// (fAck: signaled, or the requester's send queue is filling), a
 	// requester waiting for room or order, a held request, a ring a quarter
 	// consumed.
@@ -140,7 +141,7 @@ func (c *conn) consume(ho *engine.Handoff) (poke bool, got int) {
 	// application replies next, and the reply's poke then wakes the
 	// requester once for both, where it woke for the acknowledgement and
 	// again for the reply. The next poll, wait, SEND, or the end of
-	// polled mode (engine.PollIdle) sends it otherwise.
+	// polled mode (engine.PollIdle, or BlockIdle) sends it otherwise.
 	deferPoke := false
 	if !ackNow && c.deferAck(got, rnr) {
 		atomicx.ReleaseU64(&c.in.ackable, c.in.req.Head)
