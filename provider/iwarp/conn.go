@@ -105,6 +105,16 @@ type conn struct {
 	// soon as it has the MPA Reply) never meets a QP still in INIT.
 	estab     chan struct{}
 	estabDone atomic.Bool
+
+	// sendGone is set when a write found the peer gone (readFirst):
+	// the receive side ends the connection, after what the peer sent
+	// before it left; goneTimer ends it anyway after goneWait.
+	sendGone  atomic.Bool
+	goneMu    sync.Mutex
+	goneTimer *time.Timer
+	// rxHold, when a test sets it, is waited on by the receive goroutine
+	// before each read.
+	rxHold atomic.Pointer[chan struct{}]
 }
 
 func newConn(ep engine.Endpoint, nc net.Conn, n wire.Negotiated, ext, passive bool, pdata []byte, cfg Config) *conn {
@@ -207,7 +217,43 @@ func (c *conn) close(err error, term []byte) {
 		c.dead.Store(true)
 		close(c.dying)
 		c.rx.park.Close() // a waiter blocked in the socket returns
+		c.goneMu.Lock()
+		if c.goneTimer != nil {
+			c.goneTimer.Stop()
+		}
+		c.goneMu.Unlock()
 	})
+}
+
+// goneWait bounds how long a connection whose peer is gone (readFirst)
+// waits for its receive side to end it.
+const goneWait = 2 * time.Second
+
+// readFirst handles a write that found the peer gone, reset or closed
+// (ECONNRESET, EPIPE): the connection does not end at once, which would
+// flush the receives while the socket still holds what the peer sent
+// before it left (TCP delivers that ahead of the reset's error), but when
+// the receive side, reading on, meets the error (rxFailed). Linux siw
+// processes each arrival as it comes and so never loses those; a
+// librdmacm rsocket server that exits right after its last send resets
+// the connection when our last credit update is still unread in its
+// socket, and its last message was lost here (interop/rsocket.sh). The
+// requests meanwhile wait (Pending, Stall) and are flushed with the rest.
+// A receive side that does not get there within goneWait (nobody reads:
+// polled mode with no polls) has the connection end anyway. It reports
+// false for any other error, and once the connection is dying.
+func (c *conn) readFirst(err error) bool {
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) || c.isDying() {
+		return false
+	}
+	if c.sendGone.CompareAndSwap(false, true) {
+		c.goneMu.Lock()
+		if !c.isDying() {
+			c.goneTimer = time.AfterFunc(goneWait, func() { c.fail(sendError(err), nil, nil) })
+		}
+		c.goneMu.Unlock()
+	}
+	return true
 }
 
 // linger lets the Terminate reach a peer that is still sending: closing a
@@ -262,7 +308,7 @@ func (c *conn) txLoop() {
 	for {
 		select {
 		case <-c.txWake:
-			if err := c.txWork(); err != nil {
+			if err := c.txWork(); err != nil && !c.readFirst(err) {
 				c.fail(sendError(err), nil, nil)
 			}
 		case <-c.dying:
@@ -331,6 +377,9 @@ func (c *conn) Send(w *engine.WQE) engine.Result {
 	} else {
 		if c.dead.Load() {
 			return engine.Fail(verbs.WCWRFlushErr)
+		}
+		if c.sendGone.Load() {
+			return engine.ResultStall // flushed when the receive side ends the connection (readFirst)
 		}
 		if !c.su.rxSeen.Load() {
 			return engine.ResultStall // MPA: the responder waits for the initiator's first FPDU

@@ -3,6 +3,7 @@ package iwarp
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"golang.org/x/sys/unix"
 
@@ -125,4 +126,26 @@ func FDAfterClose(x *Conn) error {
 		return errors.New("a write after the close reported no error")
 	}
 	return nil
+}
+
+// HoldRx keeps qp's receive goroutine from reading until release is
+// called (a test that needs bytes left in the socket).
+func HoldRx(qp *verbs.QP) (release func()) {
+	ep, _ := engine.Lookup(qp, dev)
+	c := ep.Transport().(*conn)
+	ch := make(chan struct{})
+	c.rxHold.Store(&ch)
+	return func() {
+		c.rxHold.Store(nil)
+		close(ch)
+	}
+}
+
+// Reset closes qp's socket with a reset (SO_LINGER 0), as a peer's kernel
+// does when its process closes the socket with bytes unread.
+func Reset(qp *verbs.QP) {
+	ep, _ := engine.Lookup(qp, dev)
+	c := ep.Transport().(*conn)
+	c.nc.(*net.TCPConn).SetLinger(0)
+	c.nc.Close()
 }

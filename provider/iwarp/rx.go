@@ -224,6 +224,9 @@ func (c *conn) rxLoop() {
 		// Always drain before waiting again: the netpoller reports
 		// readiness once (edge-triggered), and bytes left unread now would
 		// wait for the next arrival if the application stopped polling.
+		if h := c.rxHold.Load(); h != nil {
+			<-*h
+		}
 		c.rx.mu.Lock()
 		perr = c.pump(int(fd), true)
 		bulk := c.rx.bulk

@@ -357,6 +357,13 @@ func (c *conn) out(iov [][]byte, w *engine.WQE, comp bool) engine.Result {
 	}
 	c.tx.batching, c.tx.kept, c.tx.keptLen = false, 0, 0
 	if err := c.put(iov); err != nil {
+		if c.readFirst(err) {
+			// The connection ends once the peer's last messages are read:
+			// w and the requests kept back with it wait for that, and are
+			// flushed then (endSend completes none of them).
+			c.tx.nheld = 0
+			return engine.ResultPending
+		}
 		// The connection ends; as on siw, the request whose write failed
 		// completes with LOC_QP_OP_ERR (the first kept back, if any: see
 		// endSend), and the rest are flushed.
