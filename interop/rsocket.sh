@@ -12,6 +12,14 @@
 # rstream's default non-blocking mode and with -T b (blocking calls), with
 # -T v: every byte of both directions is checked against rstream's pattern.
 # One line per case, a summary, a non-zero exit if any case failed.
+#
+# Known failures (2026-11-28): "goverbs rstream -s -> rstream -b (siw)
+# -S 64 -T v" failed twice in about a hundred cases (never under
+# tcpdump, 160 cases): the C server exits 0, goverbs' client reads "connection
+# reset by peer" with a receive flushed. Captures of passing runs show the
+# server's siw resetting the connection after goverbs' last message
+# (librdmacm's rclose leaves it unread); a reset then also drops what the
+# server had not yet sent. Not yet captured failing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LAB=${VMLAB:-../shared/vmlab/vmlab.sh}
