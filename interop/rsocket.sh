@@ -14,8 +14,8 @@
 # One line per case, a summary, a non-zero exit if any case failed.
 #
 # Known failures (2026-11-28): "goverbs rstream -s -> rstream -b (siw)
-# -S 64 -T v" failed twice in about a hundred cases (never under
-# tcpdump, 160 cases): the C server exits 0, goverbs' client reads "connection
+# -S 64 -T v" failed twice in about 660 cases (none of them under
+# tcpdump): the C server exits 0, goverbs' client reads "connection
 # reset by peer" with a receive flushed. Captures of passing runs show the
 # server's siw resetting the connection after goverbs' last message
 # (librdmacm's rclose leaves it unread); a reset then also drops what the
