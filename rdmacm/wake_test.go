@@ -53,17 +53,7 @@ func testBlockingStress(t *testing.T, tr transport) {
 	n := wakeRounds()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*2*time.Millisecond)
 	defer cancel()
-	cbuf, sbuf := make([]byte, 64), make([]byte, 64)
-	cmr, err := c.RegMsgs(cbuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	smr, err := s.RegMsgs(sbuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cmr.Dereg()
-	defer smr.Dereg()
+	cbuf, sbuf, cmr, smr := msgBufs(t, c, s)
 	// The first receives are posted before either side sends (no RNR
 	// wait: the server reposts before it answers, the client before it
 	// asks).
@@ -124,6 +114,23 @@ func testBlockingStress(t *testing.T, tr transport) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// msgBufs registers a 64-byte message buffer on each side, deregistered
+// when the test ends.
+func msgBufs(t *testing.T, c, s *rdmacm.ID) (cbuf, sbuf []byte, cmr, smr *verbs.MR) {
+	t.Helper()
+	cbuf, sbuf = make([]byte, 64), make([]byte, 64)
+	var err error
+	if cmr, err = c.RegMsgs(cbuf); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmr.Dereg() })
+	if smr, err = s.RegMsgs(sbuf); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { smr.Dereg() })
+	return cbuf, sbuf, cmr, smr
 }
 
 // tweak gives the identifier's CQs random wait spins now and then.
@@ -582,17 +589,7 @@ func testIdleRuleBlocking(t *testing.T, tr transport) {
 		id.RecvCQ().SetWaitSpin(0)
 	}
 	ctx := timeout(t)
-	cbuf, sbuf := make([]byte, 64), make([]byte, 64)
-	cmr, err := c.RegMsgs(cbuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	smr, err := s.RegMsgs(sbuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cmr.Dereg()
-	defer smr.Dereg()
+	cbuf, sbuf, cmr, smr := msgBufs(t, c, s)
 	if err := s.PostRecv(0, sbuf[32:40], smr); err != nil {
 		t.Fatal(err)
 	}

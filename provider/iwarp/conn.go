@@ -234,16 +234,15 @@ const goneWait = 2 * time.Second
 // flush the receives while the socket still holds what the peer sent
 // before it left (TCP delivers that ahead of the reset's error), but when
 // the receive side, reading on, meets the error (rxFailed). Linux siw
-// processes each arrival as it comes and so never loses those; a
-// librdmacm rsocket server that exits right after its last send resets
-// the connection when our last credit update is still unread in its
-// socket, and its last message was lost here (interop/rsocket.sh). The
+// processes each arrival as it comes and so never loses those; a peer
+// resets the connection when it closes with bytes of ours unread (a
+// librdmacm rsocket server that exits right after its last send). The
 // requests meanwhile wait (Pending, Stall) and are flushed with the rest.
 // A receive side that does not get there within goneWait (nobody reads:
 // polled mode with no polls) has the connection end anyway. It reports
 // false for any other error, and once the connection is dying.
 func (c *conn) readFirst(err error) bool {
-	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) || c.isDying() {
+	if (!errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE)) || c.isDying() {
 		return false
 	}
 	if c.sendGone.CompareAndSwap(false, true) {
