@@ -313,25 +313,26 @@ func waitComp(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs
 		return waitLoop(ctx, cq, ch, wc, false)
 	}
 	start := time.Now()
-	r, err := spinThenWait(ctx, done, cq, ch, wc, start)
+	r, polls, err := spinThenWait(ctx, done, cq, ch, wc, start)
 	if err == nil {
-		cq.WaitTook(time.Since(start))
+		d := time.Since(start)
+		cq.WaitTook(d, verbs.SpinResultOf(polls, d))
 	}
 	return r, err
 }
 
-// spinThenWait is waitComp's spin and sleep on ch.
-func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, start time.Time) (verbs.WC, error) {
+// spinThenWait is waitComp's spin and sleep on ch; polls > 0 is how many
+// polls of the spin it took to find the completion.
+func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *verbs.CompChannel, wc *[1]verbs.WC, start time.Time) (r verbs.WC, polls int, err error) {
 	if spin := cq.SpinFor(); spin > 0 {
 		// Polling, not arming: a transport in polled mode stays in it, and
 		// a completion due within the spin comes with no wake-up.
-		deadline := start.Add(spin)
 		for i := 1; ; i++ {
 			if n, err := cq.Poll(wc[:]); err != nil || n == 1 {
-				return wc[0], err
+				return wc[0], i, err
 			}
 			if i%16 == 0 {
-				if ctx.Err() != nil || isClosed(done) || time.Now().After(deadline) {
+				if ctx.Err() != nil || isClosed(done) || time.Since(start) > spin {
 					break
 				}
 				if i%64 == 0 {
@@ -344,7 +345,8 @@ func spinThenWait(ctx context.Context, done <-chan struct{}, cq *verbs.CQ, ch *v
 	// before arming would cost an empty poll (a system call on a socket
 	// transport) and could find nothing that the poll after arming does
 	// not.
-	return waitLoop(ctx, cq, ch, wc, false)
+	r, err = waitLoop(ctx, cq, ch, wc, false)
+	return r, 0, err
 }
 
 // waitLoop sleeps until a completion of cq is there and takes it; look

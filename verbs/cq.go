@@ -22,6 +22,11 @@ type CQ struct {
 	spin   atomic.Int64  // SetWaitSpin's, in nanoseconds: the cap of the adaptive spin
 	adapt  atomic.Int64  // how long the next wait spins (SpinFor), in nanoseconds
 	probes atomic.Uint32 // waits while the adaptive spin is off
+	every  atomic.Uint32 // one wait in every (spinProbe to spinProbeMax) probes meanwhile
+	probed atomic.Bool   // SpinFor gave a probe that no WaitTook has judged yet
+	shared atomic.Int32  // waits left during which a spin that lost its CPU is recent
+	revive atomic.Int64  // the sleeping wait's time that last brought the spin back, or 0
+	missed atomic.Int32  // spins in a row since, that long, that still slept
 	// UserData is free for the application (the cq_context of the C API).
 	UserData any
 }
@@ -84,60 +89,174 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // that a CQ whose waits sleep (a server idle between requests, replies
 // slower than d) costs no CPU past them, and a wait that sleeps costs
 // about what it costs with the spin off; one wait answered within d
-// brings the spin back. d <= 0 turns the spin off: every wait that finds
-// the CQ empty sleeps at once (in the transport's descriptor where it can:
+// brings the spin back (and while the spin is off, a wait now and then
+// spins in full to find out: one in 16, one in 1024 at the rarest while
+// these probes keep failing). A spin that lost its CPU to another thread
+// before its completion came was not answered: the completion came
+// because it stopped, as it does when the peer shares the CPU (both
+// processes pinned to one CPU, a container's quota), where spinning only
+// delays the peer; and for a while after such a spin, a wait that slept
+// is not taken as answered within d however soon it was (the peer ran
+// because it slept). d <= 0 turns the spin off: every wait that finds the
+// CQ empty sleeps at once (in the transport's descriptor where it can:
 // see package verbs's section Blocking waits). The default is
 // DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
 // spin.
 func (cq *CQ) SetWaitSpin(d time.Duration) {
 	cq.spin.Store(int64(max(d, 0)))
 	cq.adapt.Store(int64(max(d, 0)))
+	cq.every.Store(spinProbe)
 }
 
 // SpinFor returns how long the next blocking wait polls the CQ before it
 // sleeps: WaitSpin at most, less while recent waits were not answered
 // within it (see SetWaitSpin). Code that implements a blocking wait of
-// its own reports each wait's outcome with WaitTook.
+// its own reports each wait's outcome with WaitTook (and SpinResultOf).
 func (cq *CQ) SpinFor() time.Duration {
 	capd := cq.spin.Load()
 	a := cq.adapt.Load()
-	if a == 0 && capd > 0 && cq.probes.Add(1)%spinProbe == 0 {
-		// Off, the spin cannot see replies come back within it (a wait
-		// that sleeps costs the wake-up's tens of microseconds on top of
-		// the reply's): now and then a wait spins in full to find out.
-		return time.Duration(capd)
+	if a == 0 && capd > 0 {
+		every := max(cq.every.Load(), spinProbe)
+		if cq.probes.Add(1)%every == 0 {
+			// Off, the spin cannot see replies come back within it (a
+			// wait that sleeps costs the wake-up's tens of microseconds
+			// on top of the reply's): now and then a wait spins in full
+			// to find out.
+			cq.probed.Store(true)
+			return time.Duration(capd)
+		}
 	}
 	return time.Duration(min(a, capd))
 }
 
 // spinFloor is the shortest spin worth making: below it, the spin is off
 // until a wait answered within WaitSpin brings it back. One wait in
-// spinProbe spins in full meanwhile.
+// spinProbe spins in full meanwhile, one in spinProbeMax once many such
+// probes in a row were not answered. A spin that lost its CPU, or
+// spinMisses spins in a row that slept although a sleeping wait had just
+// set them longer than its own time, make sleeping waits count as not
+// answered for the next spinShared waits.
 const (
-	spinFloor = time.Microsecond
-	spinProbe = 16
+	spinFloor    = time.Microsecond
+	spinProbe    = 16
+	spinProbeMax = 1024
+	spinShared   = 256
+	spinMisses   = 2
 )
 
-// WaitTook tells the CQ's adaptive spin how long a blocking wait took,
-// from its start until a completion was there: within WaitSpin, the
-// spin doubles (at least twice the wait, so that it covers the variation
-// of such waits), up to WaitSpin; past it, the spin halves, since spinning
-// only delayed the sleep. The updates are racy on purpose: concurrent
-// waits may lose one, which only makes the spin adapt a wait later.
-func (cq *CQ) WaitTook(d time.Duration) {
+// A SpinResult is how a blocking wait went (CQ.WaitTook, SpinResultOf).
+type SpinResult uint8
+
+const (
+	// SpinSlept: the spin (if any) ended without the completion, and the
+	// wait slept.
+	SpinSlept SpinResult = iota
+	// SpinAnswered: a poll of the spin found the completion.
+	SpinAnswered
+	// SpinLost: a poll of the spin found the completion after the spin's
+	// thread had lost its CPU (SpinResultOf).
+	SpinLost
+)
+
+// WaitTook tells the CQ's adaptive spin how a blocking wait went: d is how
+// long it took, from its start until a completion was there, and r how.
+//
+// Answered during the spin, the spin doubles (at least twice the wait, so
+// that it covers the variation of such waits), up to WaitSpin. Asleep but
+// within WaitSpin, the same: the reply may come within a longer spin (and
+// both ends of a sleeping ping-pong need this to start spinning: neither
+// can answer the other's spin while it sleeps). Otherwise the spin halves,
+// since spinning only delayed the sleep. A peer that shares the CPU
+// answers a sleeping wait soon because the wait let it run, and never
+// answers a spin unless the spin loses its CPU: a spin that lost its CPU
+// (SpinLost), or spinMisses spins in a row that slept although a sleeping
+// wait had just made them longer than its own time (which also turn the
+// spin off), stop sleeping waits from bringing the spin back for
+// spinShared waits. The updates are racy
+// on purpose: concurrent waits may lose one, which only makes the spin
+// adapt a wait later.
+func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
 	capd := cq.spin.Load()
 	if capd == 0 {
 		return
 	}
+	// Loads before stores: a store is an atomic exchange on amd64, and
+	// an answered wait at the cap (a busy-enough ping-pong) changes
+	// nothing.
+	probe := cq.probed.Load() && cq.probed.Swap(false)
+	shared := cq.shared.Load()
+	if shared > 0 {
+		cq.shared.Store(shared - 1)
+	}
 	a := cq.adapt.Load()
-	if int64(d) <= capd {
-		cq.adapt.Store(min(capd, max(2*a, 2*int64(d)+int64(spinFloor))))
+	switch r {
+	case SpinAnswered:
+		if cq.every.Load() != spinProbe {
+			cq.every.Store(spinProbe)
+		}
+		if cq.revive.Load() != 0 {
+			cq.revive.Store(0)
+			cq.missed.Store(0)
+		}
+		cq.grow(a, int64(d), capd)
 		return
+	case SpinLost:
+		cq.shared.Store(spinShared)
+		cq.revive.Store(0)
+	case SpinSlept:
+		if rd := cq.revive.Load(); rd != 0 && a >= min(capd, 2*rd) {
+			// A spin long enough for the wait that brought it back
+			// slept all the same.
+			if cq.missed.Add(1) >= spinMisses {
+				cq.missed.Store(0)
+				cq.revive.Store(0)
+				cq.shared.Store(spinShared)
+				cq.adapt.Store(0) // spinning cannot work here: off at once
+				return
+			}
+		}
+		if shared == 0 && int64(d) <= capd {
+			cq.revive.Store(int64(d))
+			cq.grow(a, int64(d), capd)
+			return
+		}
+	}
+	if probe {
+		cq.every.Store(min(2*max(cq.every.Load(), spinProbe), spinProbeMax))
 	}
 	if a /= 2; a < int64(spinFloor) {
 		a = 0
 	}
 	cq.adapt.Store(a)
+}
+
+// grow doubles the spin a, to twice the wait d at least, capd at most.
+func (cq *CQ) grow(a, d, capd int64) {
+	if n := min(capd, max(2*a, 2*d+int64(spinFloor))); n != a {
+		cq.adapt.Store(n)
+	}
+}
+
+// spinPollMax is the longest that a spin's polls may take on average for
+// a completion they found to be the spin's (SpinResultOf).
+const spinPollMax = 5 * time.Microsecond
+
+// SpinResultOf says how a blocking wait went whose spin found its
+// completion with its polls-th poll, spun after the spin began (polls 0:
+// the spin did not find it, the wait slept). A completion found by polls
+// that took spinPollMax or more each on average was not the spin's: a
+// poll rarely takes that long unless its thread lost the CPU in it (a
+// poll's own system call, a socket write that wakes the peer, is where a
+// peer on the same CPU takes the CPU over), or it did that much work on a
+// completion that was there already.
+func SpinResultOf(polls int, spun time.Duration) SpinResult {
+	if polls <= 0 {
+		return SpinSlept
+	}
+	if spun >= time.Duration(polls)*spinPollMax {
+		return SpinLost
+	}
+	return SpinAnswered
 }
 
 // WaitSpin returns the most that blocking waits poll the CQ before they

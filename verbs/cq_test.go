@@ -59,55 +59,132 @@ func TestWaitAcrossSpin(t *testing.T) {
 }
 
 // The wait spin adapts: waits answered past WaitSpin halve it down to
-// nothing (one wait in 16 then spins in full, a probe), one answered
-// within it brings it back (twice the wait at least, WaitSpin at most),
-// and SetWaitSpin sets the cap and the spin, 0 turning both off.
+// nothing (one wait in 16 then spins in full, a probe, and one in up to
+// 1024 while probes keep failing); one answered within it brings it back
+// (twice the wait at least, WaitSpin at most) and the probes back to one
+// in 16, unless it slept within 64 waits of a spin that lost its CPU;
+// SetWaitSpin sets the cap and the spin, 0 turning both off.
 func TestAdaptiveSpin(t *testing.T) {
 	ctx, _, cq, _, _ := pair()
 	defer ctx.Close()
 	capd := verbs.DefaultWaitSpin
+	ms := time.Millisecond
 	if got := cq.SpinFor(); got != capd {
 		t.Fatalf("a new CQ spins %v, want %v", got, capd)
 	}
-	cq.WaitTook(time.Millisecond) // past the cap: halved
+	cq.WaitTook(ms, verbs.SpinSlept) // past the cap: halved
 	if got := cq.SpinFor(); got != capd/2 {
 		t.Fatalf("after a wait past the spin: %v, want %v", got, capd/2)
 	}
-	for range 10 {
-		cq.WaitTook(time.Millisecond)
+	cq.WaitTook(40*time.Microsecond, verbs.SpinSlept) // asleep, answered within the cap: doubled
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("after a wait that slept 40 µs: %v, want %v", got, capd)
 	}
-	full, off := 0, 0
-	for range 32 {
-		switch cq.SpinFor() {
-		case 0:
-			off++
-		case capd:
-			full++
-		default:
-			t.Fatal("a spin that is neither off nor a probe")
+	cq.WaitTook(10*time.Microsecond, verbs.SpinLost) // found after the CPU was lost: halved
+	if got := cq.SpinFor(); got != capd/2 {
+		t.Fatalf("after a spin that lost its CPU: %v, want %v", got, capd/2)
+	}
+	cq.WaitTook(10*time.Microsecond, verbs.SpinSlept) // asleep soon after such a spin: halved too
+	if got := cq.SpinFor(); got != capd/4 {
+		t.Fatalf("after a wait that slept 10 µs right after a lost spin: %v, want %v", got, capd/4)
+	}
+	for range 260 {
+		cq.WaitTook(ms, verbs.SpinSlept)
+	}
+	// probes counts the waits with the spin off; each one's outcome is
+	// reported, the probes' not answered.
+	probes := func(waits int) (full, off int) {
+		for range waits {
+			switch cq.SpinFor() {
+			case 0:
+				off++
+			case capd:
+				full++
+			default:
+				t.Fatal("a spin that is neither off nor a probe")
+			}
+			cq.WaitTook(ms, verbs.SpinSlept)
 		}
+		return full, off
 	}
-	if full != 2 || off != 30 {
+	if full, off := probes(32); full != 2 || off != 30 {
 		t.Fatalf("after slow waits: %d probes and %d waits without a spin in 32, want 2 and 30", full, off)
 	}
-	cq.WaitTook(10 * time.Microsecond) // answered within the cap
-	if got := cq.SpinFor(); got < 20*time.Microsecond || got > capd {
-		t.Fatalf("after a wait of 10 µs: spin %v, want 20 µs to %v", got, capd)
+	if full, _ := probes(64); full != 1 { // two failed: one in 64
+		t.Fatalf("after two failed probes: %d probes in 64 waits, want 1", full)
 	}
-	cq.WaitTook(capd)
+	for range 20 {
+		probes(1024)
+	}
+	if full, _ := probes(4096); full != 4 {
+		t.Fatalf("after many failed probes: %d probes in 4096 waits, want 4 (one in 1024)", full)
+	}
+	// 64 waits after the lost spin, a wait asleep within the cap brings
+	// the spin back (not the probes: only an answered spin does).
+	cq.WaitTook(10*time.Microsecond, verbs.SpinSlept)
+	if got := cq.SpinFor(); got < 20*time.Microsecond || got > capd {
+		t.Fatalf("after a wait that slept 10 µs: spin %v, want 20 µs to %v", got, capd)
+	}
+	// Two spins in a row as long as that brought back, and asleep all the
+	// same (a peer that runs only once the waiter sleeps): the waits
+	// that slept within the cap no longer bring the spin back.
+	cq.WaitTook(40*time.Microsecond, verbs.SpinSlept)
+	cq.WaitTook(40*time.Microsecond, verbs.SpinSlept)
+	if got := cq.SpinFor(); got != 0 {
+		t.Fatalf("after two brought-back spins that slept: spin %v, want 0", got)
+	}
+	cq.WaitTook(10*time.Microsecond, verbs.SpinSlept)
+	if got := cq.SpinFor(); got != 0 {
+		t.Fatalf("then a wait asleep 10 µs brought the spin back to %v", got)
+	}
+	for range 8 {
+		cq.WaitTook(ms, verbs.SpinSlept)
+	}
+	if full, _ := probes(1024); full != 1 {
+		t.Fatalf("a spin brought back by sleeping waits left the probes at %d in 1024, want 1", full)
+	}
+	cq.WaitTook(10*time.Microsecond, verbs.SpinAnswered)
+	for range 8 {
+		cq.WaitTook(ms, verbs.SpinSlept)
+	}
+	if full, off := probes(32); full != 2 || off != 30 {
+		t.Fatalf("an answered wait resets the probes to one in 16: %d probes, %d waits without a spin in 32", full, off)
+	}
+	cq.WaitTook(capd, verbs.SpinAnswered)
 	if got := cq.SpinFor(); got != capd {
-		t.Fatalf("after a wait of the cap: spin %v, want %v", got, capd)
+		t.Fatalf("after a wait of the cap answered during its spin: spin %v, want %v", got, capd)
 	}
 	cq.SetWaitSpin(0)
 	for range 40 {
-		cq.WaitTook(time.Microsecond)
+		cq.WaitTook(time.Microsecond, verbs.SpinAnswered)
 		if got := cq.SpinFor(); got != 0 {
 			t.Fatalf("spin off: SpinFor %v", got)
 		}
 	}
-	cq.SetWaitSpin(time.Millisecond)
-	cq.WaitTook(900 * time.Microsecond)
-	if got := cq.SpinFor(); got != time.Millisecond {
+	cq.SetWaitSpin(ms)
+	cq.WaitTook(900*time.Microsecond, verbs.SpinAnswered)
+	if got := cq.SpinFor(); got != ms {
 		t.Fatalf("cap 1 ms, a wait of 900 µs: spin %v, want 1ms", got)
+	}
+}
+
+// A spin's result: none found is SpinSlept; found by polls that took 5 µs
+// or more each on average (a thread that lost its CPU in one) is SpinLost;
+// otherwise SpinAnswered.
+func TestSpinResultOf(t *testing.T) {
+	for _, c := range []struct {
+		polls int
+		spun  time.Duration
+		want  verbs.SpinResult
+	}{
+		{0, time.Microsecond, verbs.SpinSlept},
+		{1, 10 * time.Microsecond, verbs.SpinLost},
+		{3, 16 * time.Microsecond, verbs.SpinLost},
+		{4, 16 * time.Microsecond, verbs.SpinAnswered},
+		{100, 10 * time.Microsecond, verbs.SpinAnswered},
+	} {
+		if got := verbs.SpinResultOf(c.polls, c.spun); got != c.want {
+			t.Errorf("SpinResultOf(%d polls, %v) = %v, want %v", c.polls, c.spun, got, c.want)
+		}
 	}
 }

@@ -339,19 +339,21 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	err := cq.wait(ctx, start)
+	polls, err := cq.wait(ctx, start)
 	if err == nil {
-		cq.v.WaitTook(time.Since(start))
+		d := time.Since(start)
+		cq.v.WaitTook(d, verbs.SpinResultOf(polls, d))
 	}
 	return err
 }
 
-func (cq *CQ) wait(ctx context.Context, start time.Time) error {
+// wait reports, when its spin found the completion, how many rounds of
+// polls it took (at least 1).
+func (cq *CQ) wait(ctx context.Context, start time.Time) (int, error) {
 	if spin := cq.v.SpinFor(); spin > 0 {
-		deadline := start.Add(spin)
 		for i := 1; ; i++ {
 			if !cq.empty() || cq.overflow.Load() {
-				return nil
+				return max(i-1, 1), nil
 			}
 			if ps := cq.pollers.Load(); ps != nil {
 				for _, p := range *ps {
@@ -359,7 +361,7 @@ func (cq *CQ) wait(ctx context.Context, start time.Time) error {
 				}
 			}
 			if i%16 == 0 {
-				if ctx.Err() != nil || cq.destroyed.Load() || time.Now().After(deadline) {
+				if ctx.Err() != nil || cq.destroyed.Load() || time.Since(start) > spin {
 					break
 				}
 				runtime.Gosched()
@@ -368,13 +370,13 @@ func (cq *CQ) wait(ctx context.Context, start time.Time) error {
 	}
 	for {
 		if !cq.empty() || cq.overflow.Load() {
-			return nil
+			return 0, nil
 		}
 		if cq.destroyed.Load() {
-			return verbs.ErrClosed
+			return 0, verbs.ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		blocked, busy := cq.block(ctx)
 		if blocked {
@@ -406,7 +408,7 @@ func (cq *CQ) wait(ctx context.Context, start time.Time) error {
 			busy.sleepers.Add(-1)
 		}
 		if err := ctx.Err(); err != nil && cq.empty() {
-			return err
+			return 0, err
 		}
 	}
 }
