@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -95,9 +96,9 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // before its completion came was not answered: the completion came
 // because it stopped, as it does when the peer shares the CPU (both
 // processes pinned to one CPU, a container's quota), where spinning only
-// delays the peer; and for a while after such a spin, a wait that slept
-// is not taken as answered within d however soon it was (the peer ran
-// because it slept). d <= 0 turns the spin off: every wait that finds the
+// delays the peer; and in a process confined to one CPU (GOMAXPROCS 1),
+// for a while after such a spin, a wait that slept is not taken as
+// answered within d however soon it was (the peer ran because it slept). d <= 0 turns the spin off: every wait that finds the
 // CQ empty sleeps at once (in the transport's descriptor where it can:
 // see package verbs's section Blocking waits). The default is
 // DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
@@ -168,13 +169,17 @@ const (
 // can answer the other's spin while it sleeps). Otherwise the spin halves,
 // since spinning only delayed the sleep. A peer that shares the CPU
 // answers a sleeping wait soon because the wait let it run, and never
-// answers a spin unless the spin loses its CPU: a spin that lost its CPU
-// (SpinLost), or spinMisses spins in a row that slept although a sleeping
-// wait had just made them longer than its own time (which also turn the
-// spin off), stop sleeping waits from bringing the spin back for
-// spinShared waits. The updates are racy
-// on purpose: concurrent waits may lose one, which only makes the spin
-// adapt a wait later.
+// answers a spin unless the spin loses its CPU. In a process confined to
+// one CPU (GOMAXPROCS 1: taskset, a one-CPU container quota), a spin that
+// lost its CPU (SpinLost) halves the spin, and it or spinMisses spins in
+// a row that slept although a sleeping wait had just made them longer
+// than its own time (which also turn the spin off) stop sleeping waits
+// from bringing the spin back for spinShared waits. Not with more CPUs,
+// where SpinLost counts as answered: there a peer that shares the CPU now
+// is one the kernel moves to an idle CPU once both spin (the wake-ups of
+// a sleeping ping-pong keep its two processes on one CPU; spinning puts
+// them apart), and the spin must stay on for that to happen. The updates are racy on purpose: concurrent waits may lose
+// one, which only makes the spin adapt a wait later.
 func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
 	capd := cq.spin.Load()
 	if capd == 0 {
@@ -184,6 +189,10 @@ func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
 	// an answered wait at the cap (a busy-enough ping-pong) changes
 	// nothing.
 	probe := cq.probed.Load() && cq.probed.Swap(false)
+	one := r != SpinAnswered && runtime.GOMAXPROCS(0) == 1
+	if r == SpinLost && !one {
+		r = SpinAnswered // see above: with more CPUs, spin on
+	}
 	shared := cq.shared.Load()
 	if shared > 0 {
 		cq.shared.Store(shared - 1)
@@ -204,7 +213,7 @@ func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
 		cq.shared.Store(spinShared)
 		cq.revive.Store(0)
 	case SpinSlept:
-		if rd := cq.revive.Load(); rd != 0 && a >= min(capd, 2*rd) {
+		if rd := cq.revive.Load(); rd != 0 && a >= min(capd, 2*rd) && one {
 			// A spin long enough for the wait that brought it back
 			// slept all the same.
 			if cq.missed.Add(1) >= spinMisses {

@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -62,9 +63,13 @@ func TestWaitAcrossSpin(t *testing.T) {
 // nothing (one wait in 16 then spins in full, a probe, and one in up to
 // 1024 while probes keep failing); one answered within it brings it back
 // (twice the wait at least, WaitSpin at most) and the probes back to one
-// in 16, unless it slept within 64 waits of a spin that lost its CPU;
-// SetWaitSpin sets the cap and the spin, 0 turning both off.
+// in 16, unless, in a process confined to one CPU, it slept within 256
+// waits of a spin that lost its CPU; SetWaitSpin sets the cap and the
+// spin, 0 turning both off.
 func TestAdaptiveSpin(t *testing.T) {
+	// The rules after a spin that lost its CPU are those of a process
+	// confined to one CPU (and only its): GOMAXPROCS 1.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ctx, _, cq, _, _ := pair()
 	defer ctx.Close()
 	capd := verbs.DefaultWaitSpin
@@ -186,5 +191,32 @@ func TestSpinResultOf(t *testing.T) {
 		if got := verbs.SpinResultOf(c.polls, c.spun); got != c.want {
 			t.Errorf("SpinResultOf(%d polls, %v) = %v, want %v", c.polls, c.spun, got, c.want)
 		}
+	}
+}
+
+// With more than one CPU, a spin that lost its CPU counts as answered, and
+// sleeping waits answered within WaitSpin bring the spin back: the peer
+// that shared the CPU then is one the kernel moves away once both spin.
+func TestAdaptiveSpinManyCPUs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	ctx, _, cq, _, _ := pair()
+	defer ctx.Close()
+	capd := verbs.DefaultWaitSpin
+	ms := time.Millisecond
+	cq.WaitTook(ms, verbs.SpinSlept)
+	cq.WaitTook(10*time.Microsecond, verbs.SpinLost)
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("after a spin that lost its CPU: %v, want %v (counted as answered)", got, capd)
+	}
+	cq.WaitTook(ms, verbs.SpinSlept)
+	cq.WaitTook(40*time.Microsecond, verbs.SpinSlept)
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("then a wait that slept 40 µs: spin %v, want %v", got, capd)
+	}
+	for range 4 {
+		cq.WaitTook(40*time.Microsecond, verbs.SpinSlept)
+	}
+	if got := cq.SpinFor(); got != capd {
+		t.Fatalf("after spins that slept although as long as the wait that brought them back: spin %v, want %v", got, capd)
 	}
 }
