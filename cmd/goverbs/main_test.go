@@ -152,7 +152,7 @@ func TestPerfRefuses(t *testing.T) {
 		{"send_lat", "-Q", "10"},       // cq_mod is for bandwidth tests
 		{"send_lat", "-l", "16"},       // so is a post list
 		{"write_bw", "-l", "0"},
-		{"send_bw", "-n", "9000"},
+		{"send_bw", "-n", "9000"}, // over iWARP (the default device)
 		{"write_bw", "-a", "-s", "64"},
 		{"send_lat", "-d", "shm0", "example.com"},
 		{"send_lat", "-d", "shm0", "unix:@x", "-p", "1"},

@@ -35,6 +35,8 @@ type side struct {
 	// ev is the event mode of the side's run (nil: polled), shared by
 	// the sides of one run.
 	ev *events
+	// recvs is how many receives send_bw's receiver has posted.
+	recvs int
 }
 
 // The private data of goverbs' own protocol: addr, rkey, size, iterations,
@@ -79,10 +81,14 @@ func (s *side) peer(pd []byte) error {
 	return nil
 }
 
-func qpAttr(c *Config) *verbs.QPInitAttr {
+// qpAttr is the QP of a side; server: send_bw's receiving one.
+func qpAttr(c *Config, server bool) *verbs.QPInitAttr {
 	rq := c.TxDepth + 1
-	if c.Test == "send_bw" {
+	if c.Test == "send_bw" && server {
 		rq = c.Iters + 1
+		if c.repost {
+			rq = min(c.Iters, SendBWRxDepth) + 1
+		}
 	}
 	return &verbs.QPInitAttr{QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: c.TxDepth + 1, MaxRecvWR: rq,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}
@@ -210,7 +216,17 @@ func Serve(ctx context.Context, ln *rdmacm.ID, c Config) error {
 // accept answers the connection request of s.
 func (s *side) accept(ctx context.Context, c *Config) error {
 	req := s.id
-	attr := qpAttr(c)
+	if c.Test == "send_bw" {
+		// A SEND that finds no receive waits for one, except over iWARP
+		// (no RNR retry: the connection ends).
+		c.repost = req.DeviceContext().Device().TransportType() != verbs.TransportIWARP
+		if !c.repost && c.Iters > MaxSendBWIters {
+			err := fmt.Errorf("send_bw over iWARP runs at most %d iterations (no RNR retry: every receive is posted before the run)", MaxSendBWIters)
+			req.Reject([]byte(err.Error()))
+			return err
+		}
+	}
+	attr := qpAttr(c, true)
 	if err := s.ev.attach(req.DeviceContext(), attr); err != nil {
 		req.Reject(nil)
 		return err
@@ -227,7 +243,7 @@ func (s *side) accept(ctx context.Context, c *Config) error {
 		req.Reject(nil)
 		return err
 	}
-	if err := s.prepost(c); err != nil {
+	if err := s.prepost(c, true); err != nil {
 		req.Reject(nil)
 		return err
 	}
@@ -238,9 +254,19 @@ func (s *side) accept(ctx context.Context, c *Config) error {
 func serveMany(ctx context.Context, ss []*side, c *Config) error {
 	wc := make([]verbs.WC, 64)
 	if c.Test == "send_bw" {
+		// Each side's receives, made once: the receiving loop allocates
+		// nothing.
+		recvs := make([][]verbs.RecvWR, len(ss))
+		for i, s := range ss {
+			sge := []verbs.SGE{s.mr.SGE(0, c.Size)}
+			recvs[i] = make([]verbs.RecvWR, len(wc))
+			for j := range recvs[i] {
+				recvs[i][j].SGList = sge
+			}
+		}
 		for got := 0; got < c.Iters*len(ss); {
 			progressed := false
-			for _, s := range ss {
+			for i, s := range ss {
 				n, err := s.id.RecvCQ().Poll(wc)
 				if err != nil {
 					return err
@@ -249,6 +275,13 @@ func serveMany(ctx context.Context, ss []*side, c *Config) error {
 					if err := w.Err(); err != nil {
 						return err
 					}
+				}
+				if more := min(n, c.Iters-s.recvs); c.repost && more > 0 {
+					// As many receives again as completed, in one call.
+					if err := s.id.QP().PostRecv(recvs[i][:more]); err != nil {
+						return err
+					}
+					s.recvs += more
 				}
 				got += n
 				progressed = progressed || n > 0
@@ -333,7 +366,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		if err := s.threadDomain(&c); err != nil {
 			return Result{}, err
 		}
-		attr := qpAttr(&c)
+		attr := qpAttr(&c, false)
 		if err := ev.attach(id.DeviceContext(), attr); err != nil {
 			return Result{}, err
 		}
@@ -343,7 +376,7 @@ func Run(ctx context.Context, addr string, c Config) (Result, error) {
 		if err := s.register(&c); err != nil {
 			return Result{}, err
 		}
-		if err := s.prepost(&c); err != nil {
+		if err := s.prepost(&c, false); err != nil {
 			return Result{}, err
 		}
 		err = id.Connect(ctx, &rdmacm.ConnParam{PrivateData: s.privateData(&c), ResponderResources: 16, InitiatorDepth: 16,
@@ -432,13 +465,18 @@ func loopback(ctx context.Context, addr string, c Config,
 
 // prepost posts the receives a test needs before the connection exists
 // (iWARP: a message that finds no receive ends the connection).
-func (s *side) prepost(c *Config) error {
+func (s *side) prepost(c *Config, server bool) error {
 	n := 0
 	switch c.Test {
 	case "send_lat":
 		n = 1
 	case "send_bw":
-		n = c.Iters
+		if server { // the client only sends
+			n = c.Iters
+			if c.repost {
+				n = min(c.Iters, SendBWRxDepth)
+			}
+		}
 	case "write_lat":
 		if c.imm() {
 			n = 1
@@ -453,6 +491,7 @@ func (s *side) prepost(c *Config) error {
 			return err
 		}
 	}
+	s.recvs = n
 	return nil
 }
 

@@ -67,6 +67,11 @@ type Config struct {
 	// withImm: write_lat's messages are RDMA WRITEs with immediate data
 	// (Config.imm).
 	withImm bool
+	// repost: send_bw's receiver posts SendBWRxDepth receives and posts
+	// each again once it completed (a transport with RNR retry: a SEND
+	// that finds no receive waits for one), rather than all of them
+	// before the run.
+	repost bool
 	// Source, when set, is the local address a client connects from
 	// (rdmacm.CreateIDFrom; RoCE: it chooses the device).
 	Source string
@@ -179,19 +184,23 @@ func (c *Config) Check() error {
 	return nil
 }
 
-// MaxSendBWIters is the most iterations send_bw runs in goverbs' protocol:
-// iWARP has no RNR retry, so every receive is posted before the run, and
-// the receive queue holds at most this many.
+// MaxSendBWIters is the most iterations send_bw runs in goverbs' protocol
+// over iWARP: it has no RNR retry (a SEND that finds no receive ends the
+// connection), so every receive is posted before the run, and the receive
+// queue holds at most this many. Over the other transports a SEND that
+// finds no receive waits for one (RNR retry), and the receiver keeps
+// SendBWRxDepth receives posted, as perftest does: any number.
 const MaxSendBWIters = 8192
+
+// SendBWRxDepth is how many receives send_bw's receiver keeps posted over
+// a transport with RNR retry (perftest's rx_depth).
+const SendBWRxDepth = 512
 
 // checkOwn validates a configuration for goverbs' own protocol (Run,
 // Serve, Loopback).
 func (c *Config) checkOwn() error {
 	if err := c.Check(); err != nil {
 		return err
-	}
-	if c.Test == "send_bw" && c.Iters > MaxSendBWIters {
-		return fmt.Errorf("send_bw runs at most %d iterations (every receive is posted before the run: iWARP has no RNR retry)", MaxSendBWIters)
 	}
 	if c.Duration > 0 && (c.lat() || c.Test == "send_bw") {
 		return fmt.Errorf("%s runs a number of iterations, not a duration (a duration is for write_bw and read_bw)", c.Test)

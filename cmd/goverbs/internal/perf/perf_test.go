@@ -71,17 +71,17 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%+v: no error", c)
 		}
 	}
-	// What goverbs' own protocol cannot do is refused, not changed: send_bw
-	// posts every receive before the run, and a duration is for the
-	// one-sided bandwidth tests.
-	for _, c := range []Config{{Test: "send_bw", Size: 8, Iters: MaxSendBWIters + 1}, {Test: "send_bw", Size: 8, Iters: 10, Duration: time.Second},
+	// What goverbs' own protocol cannot do is refused, not changed: a
+	// duration is for the one-sided bandwidth tests (send_bw's iterations
+	// over iWARP are the server's to refuse: TestSendBWIterations).
+	for _, c := range []Config{{Test: "send_bw", Size: 8, Iters: 10, Duration: time.Second},
 		{Test: "send_lat", Size: 8, Iters: 10, Duration: time.Second}} {
 		if err := c.checkOwn(); err == nil {
 			t.Errorf("%+v: no error from checkOwn", c)
 		}
 	}
-	if c := (Config{Test: "send_bw", Size: 8, Iters: MaxSendBWIters}); c.checkOwn() != nil || c.Iters != MaxSendBWIters {
-		t.Errorf("send_bw at its limit: %v, %d iterations", c.checkOwn(), c.Iters)
+	if c := (Config{Test: "send_bw", Size: 8, Iters: 10 * MaxSendBWIters}); c.checkOwn() != nil || c.Iters != 10*MaxSendBWIters {
+		t.Errorf("send_bw past the iWARP limit: %v, %d iterations", c.checkOwn(), c.Iters)
 	}
 }
 
@@ -375,5 +375,32 @@ func TestPostList(t *testing.T) {
 	r, err := Loopback(ctx, addr, Config{Test: "write_bw", Size: 8, Iters: 5000, Duration: 200 * time.Millisecond, TxDepth: 128, CQMod: 100, PostList: 16})
 	if err != nil || r.Iters < 1000 {
 		t.Fatalf("timed run with post lists: %+v %v", r, err)
+	}
+}
+
+// send_bw runs any number of iterations where a SEND that finds no
+// receive waits for one (shm, RoCE: the receiver keeps SendBWRxDepth
+// posted, and the sender's requests in flight are fewer), every message
+// received; over iWARP, which has no RNR retry, the server refuses more
+// than MaxSendBWIters, saying why.
+func TestSendBWIterations(t *testing.T) {
+	leakcheck.Check(t)
+	n := 4*SendBWRxDepth + MaxSendBWIters // past both
+	for _, addr := range []string{fmt.Sprintf("unix:@goverbs-perf-sendbw-%d", os.Getpid()), fmt.Sprintf("roce://%v:7391", netip.MustParseAddr("127.0.0.1"))} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		r, err := Loopback(ctx, addr, Config{Test: "send_bw", Size: 8, Iters: n, TxDepth: 128})
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		if r.Iters != n || r.MsgRate <= 0 {
+			t.Fatalf("%s: %+v, want %d iterations", addr, r, n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Loopback(ctx, "127.0.0.1:0", Config{Test: "send_bw", Size: 8, Iters: MaxSendBWIters + 1, TxDepth: 128})
+	if err == nil || !strings.Contains(err.Error(), "no RNR retry") {
+		t.Fatalf("send_bw over iWARP, %d iterations: %v, want the server's refusal", MaxSendBWIters+1, err)
 	}
 }
