@@ -92,17 +92,18 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // about what it costs with the spin off; one wait answered within d
 // brings the spin back (and while the spin is off, a wait now and then
 // spins in full to find out: one in 16, one in 1024 at the rarest while
-// these probes keep failing). A spin that lost its CPU to another thread
-// before its completion came was not answered: the completion came
-// because it stopped, as it does when the peer shares the CPU (both
-// processes pinned to one CPU, a container's quota), where spinning only
-// delays the peer; and in a process confined to one CPU (GOMAXPROCS 1),
-// for a while after such a spin, a wait that slept is not taken as
-// answered within d however soon it was (the peer ran because it slept). d <= 0 turns the spin off: every wait that finds the
-// CQ empty sleeps at once (in the transport's descriptor where it can:
-// see package verbs's section Blocking waits). The default is
-// DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way, never
-// spin.
+// these probes keep failing). In a process confined to one CPU
+// (GOMAXPROCS 1: both processes pinned to one CPU, a one-CPU container
+// quota), a spin that lost its CPU to another thread before its
+// completion came was not answered: the completion came because it
+// stopped, as it does when the peer shares the CPU, where spinning only
+// delays the peer; and for a while after such a spin, a wait that slept
+// is not taken as answered within d however soon it was (the peer ran
+// because it slept). See WaitTook. d <= 0 turns the spin off: every wait
+// that finds the CQ empty sleeps at once (in the transport's descriptor
+// where it can: see package verbs's section Blocking waits). The default
+// is DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way,
+// never spin.
 func (cq *CQ) SetWaitSpin(d time.Duration) {
 	cq.spin.Store(int64(max(d, 0)))
 	cq.adapt.Store(int64(max(d, 0)))
@@ -178,8 +179,9 @@ const (
 // where SpinLost counts as answered: there a peer that shares the CPU now
 // is one the kernel moves to an idle CPU once both spin (the wake-ups of
 // a sleeping ping-pong keep its two processes on one CPU; spinning puts
-// them apart), and the spin must stay on for that to happen. The updates are racy on purpose: concurrent waits may lose
-// one, which only makes the spin adapt a wait later.
+// them apart), and the spin must stay on for that to happen. The updates
+// are racy on purpose: concurrent waits may lose one, which only makes
+// the spin adapt a wait later.
 func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
 	capd := cq.spin.Load()
 	if capd == 0 {
