@@ -57,9 +57,10 @@ type Options struct {
 	// Spin is the most a blocked Read or Write polls before it sleeps (a
 	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
 	// negative value none. The spin adapts below it, halving after a wait
-	// that had to sleep or whose spin lost its CPU (see
-	// verbs.SpinResultOf) and doubling after one that did neither, and
-	// stops while waits keep lasting 100 µs (or twice Spin) or more.
+	// that had to sleep (or, in a process confined to one CPU, whose spin
+	// lost its CPU: see verbs.SpinResultOf) and doubling after one that
+	// did not, and stops while waits keep lasting 100 µs (or twice Spin)
+	// or more.
 	Spin time.Duration
 }
 

@@ -170,10 +170,11 @@ func (w *waitState) arm(d *direction) {
 // requests) stops burning a CPU that the other goroutines need; but not
 // below minSpin, or a single preemption would ratchet the spin down for
 // good and every round trip would then sleep (rsocket over shm: 26 us per
-// 64-byte round trip instead of 2 at a load of 5). A spin whose thread
-// lost its CPU before the event came (verbs.SpinResultOf) counts as one
-// that blocked: the event came because the spin stopped (a peer on the
-// same CPU). Only waits that keep
+// 64-byte round trip instead of 2 at a load of 5). In a process confined
+// to one CPU (GOMAXPROCS 1), a spin whose thread lost its CPU before the
+// event came (verbs.SpinResultOf) counts as one that blocked: the event
+// came because the spin stopped (a peer on the same CPU); with more CPUs
+// it counts as answered (see verbs.CQ.WaitTook). Only waits that keep
 // lasting far beyond any spin (longWaits of them in a row, each longer
 // than longWait: a reader whose data comes from another process's work,
 // a gRPC call's 100 us or more) turn the spin off: there it never
@@ -189,7 +190,7 @@ func (w *waitState) done(d *direction) {
 	if w.i == 0 {
 		return // no wait: nothing learnt
 	}
-	if !w.blocking && verbs.SpinResultOf(w.i, time.Since(w.start)) == verbs.SpinAnswered {
+	if !w.blocking && (runtime.GOMAXPROCS(0) > 1 || verbs.SpinResultOf(w.i, time.Since(w.start)) == verbs.SpinAnswered) {
 		d.long = 0
 		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 		return
