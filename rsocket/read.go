@@ -190,7 +190,7 @@ func (w *waitState) done(d *direction) {
 	if w.i == 0 {
 		return // no wait: nothing learnt
 	}
-	if !w.blocking && (runtime.GOMAXPROCS(0) > 1 || verbs.SpinResultOf(w.i, time.Since(w.start)) == verbs.SpinAnswered) {
+	if !w.blocking && (verbs.SpinResultOf(w.i, time.Since(w.start)) == verbs.SpinAnswered || runtime.GOMAXPROCS(0) > 1) {
 		d.long = 0
 		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
 		return
