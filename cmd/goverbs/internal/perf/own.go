@@ -509,12 +509,13 @@ func (s *side) serve(ctx context.Context, c *Config) error {
 			send[0].Flags |= verbs.SendInline
 		}
 		recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+		qp, rcq := s.id.QP(), s.id.RecvCQ() // once: the accessors take the ID's lock
 		for range c.Warmup + c.Iters {
-			if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
+			if err := s.ev.one(ctx, rcq, wc); err != nil {
 				return err
 			}
-			s.id.QP().PostRecv(recv)
-			if err := s.id.QP().PostSend(send); err != nil {
+			qp.PostRecv(recv)
+			if err := qp.PostSend(send); err != nil {
 				return err
 			}
 		}
@@ -549,14 +550,15 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 	}
 	recv := []verbs.RecvWR{{}}
 	wc := make([]verbs.WC, 16)
+	qp, scq, rcq := s.id.QP(), s.id.SendCQ(), s.id.RecvCQ() // once: the accessors take the ID's lock
 	mark := s.buf[size-8 : size]
 	out := s.buf[2*size-8 : 2*size]
 	wait := func(want uint64) error {
 		if imm {
-			if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
+			if err := s.ev.one(ctx, rcq, wc); err != nil {
 				return err
 			}
-			if err := s.id.QP().PostRecv(recv); err != nil {
+			if err := qp.PostRecv(recv); err != nil {
 				return err
 			}
 			if got := load64(mark); got != want {
@@ -575,7 +577,7 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 		// through the peer (a run whose replies always came first filled
 		// the send queue under load).
 		for i := 0; ; i++ {
-			s.id.SendCQ().Poll(wc)
+			scq.Poll(wc)
 			if load64(mark) == want {
 				return nil
 			}
@@ -592,7 +594,7 @@ func (s *side) writePingPong(ctx context.Context, c *Config, first bool, l *laps
 			}
 		}
 		binary.NativeEndian.PutUint64(out, i)
-		if err := s.id.QP().PostSend(wr); err != nil {
+		if err := qp.PostSend(wr); err != nil {
 			return err
 		}
 		if first {
@@ -629,17 +631,20 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 				send[0].Flags |= verbs.SendInline
 			}
 			recv := []verbs.RecvWR{{SGList: []verbs.SGE{s.mr.SGE(0, c.Size)}}}
+			// The QP and CQ taken once: the ID's accessors take its lock,
+			// which the loop paid three times a round trip.
+			qp, rcq := s.id.QP(), s.id.RecvCQ()
 			for i := range c.Warmup + c.Iters {
-				if err := s.id.QP().PostSend(send); err != nil {
+				if err := qp.PostSend(send); err != nil {
 					return res, err
 				}
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := s.ev.one(ctx, s.id.RecvCQ(), wc); err != nil {
+				if err := s.ev.one(ctx, rcq, wc); err != nil {
 					return res, err
 				}
-				s.id.QP().PostRecv(recv)
+				qp.PostRecv(recv)
 			}
 			l.stamp()
 		case "write_lat":
@@ -653,14 +658,15 @@ func (s *side) run(ctx context.Context, c *Config) (Result, error) {
 		}
 		if len(wr) > 0 {
 			div = 1 // a read or atomic is a round trip itself
+			qp, scq := s.id.QP(), s.id.SendCQ()
 			for i := range c.Warmup + c.Iters {
-				if err := s.id.QP().PostSend(wr); err != nil {
+				if err := qp.PostSend(wr); err != nil {
 					return res, err
 				}
 				if i >= c.Warmup {
 					l.stamp()
 				}
-				if err := s.ev.one(ctx, s.id.SendCQ(), wc); err != nil {
+				if err := s.ev.one(ctx, scq, wc); err != nil {
 					return res, err
 				}
 			}
