@@ -27,10 +27,13 @@
 //
 // # Blocking waits
 //
-// CQ.Wait, and CompChannel.GetEvent after ReqNotify, first poll the CQ for
-// its adaptive spin (SetWaitSpin: the spin is spent while recent waits
-// were answered within it and fades to nothing while they were not),
-// then sleep. On a CQ fed by one connected QP of a provider whose peer
+// CQ.Wait (and package rdmacm's GetRecvComp and GetSendComp) first poll
+// the CQ for its adaptive spin (SetWaitSpin: the spin is spent while
+// recent waits were answered within it and fades to nothing while they
+// were not, and, in a process confined to one CPU, while its spins lose
+// the CPU to the peer they wait for), then sleep; CompChannel.GetEvent
+// after ReqNotify, the C way, sleeps at once. On a CQ fed by one
+// connected QP of a provider whose peer
 // signals it through a socket (iwarp: the connection's TCP socket; roce:
 // the device's UDP socket, which one waiter of the device at a time reads
 // for all its QPs; shm: the connection's poke socket, which the peer
