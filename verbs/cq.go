@@ -93,9 +93,9 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // brings the spin back (and while the spin is off, a wait now and then
 // spins in full to find out: one in 16, one in 1024 at the rarest while
 // these probes keep failing). In a process confined to one CPU
-// (GOMAXPROCS 1: both processes pinned to one CPU, a one-CPU container
-// quota), a spin that lost its CPU to another thread before its
-// completion came was not answered: the completion came because it
+// (GOMAXPROCS 1: both processes pinned to one CPU with taskset, or
+// GOMAXPROCS=1 set), a spin that lost its CPU to another thread before
+// its completion came was not answered: the completion came because it
 // stopped, as it does when the peer shares the CPU, where spinning only
 // delays the peer; and for a while after such a spin, a wait that slept
 // is not taken as answered within d however soon it was (the peer ran
@@ -171,7 +171,7 @@ const (
 // since spinning only delayed the sleep. A peer that shares the CPU
 // answers a sleeping wait soon because the wait let it run, and never
 // answers a spin unless the spin loses its CPU. In a process confined to
-// one CPU (GOMAXPROCS 1: taskset, a one-CPU container quota), a spin that
+// one CPU (GOMAXPROCS 1: taskset to one CPU, or GOMAXPROCS=1), a spin that
 // lost its CPU (SpinLost) halves the spin, and it or spinMisses spins in
 // a row that slept although a sleeping wait had just made them longer
 // than its own time (which also turn the spin off) stop sleeping waits
