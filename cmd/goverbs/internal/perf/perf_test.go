@@ -320,13 +320,21 @@ func TestPTDest(t *testing.T) {
 // perftest's protocol over RoCE: atomic_lat (fetch-and-add, which RoCE
 // has) and send_bw without iWARP's receiver credits (a sender that finds
 // no receive is told to wait by an RNR NAK).
-func TestPerftestLoopbackRoCE(t *testing.T) {
-	leakcheck.Check(t)
+// roceAddr adds a RoCE device on a loopback address of this process's
+// (host its last byte): RoCE's UDP port is one per address, and other
+// test processes may run at the same time.
+func roceAddr(t *testing.T, host byte) netip.Addr {
 	p := os.Getpid()
-	addr := netip.AddrFrom4([4]byte{127, byte(16 + p%200), byte(p / 200 % 250), 9})
+	addr := netip.AddrFrom4([4]byte{127, byte(16 + p%200), byte(p / 200 % 250), host})
 	if _, err := roce.AddDevice(addr); err != nil {
 		t.Fatal(err)
 	}
+	return addr
+}
+
+func TestPerftestLoopbackRoCE(t *testing.T) {
+	leakcheck.Check(t)
+	addr := roceAddr(t, 9)
 	for i, test := range []string{"atomic_lat", "send_bw", "read_lat"} {
 		if racesByDesign(test, true) {
 			continue
@@ -386,7 +394,7 @@ func TestPostList(t *testing.T) {
 func TestSendBWIterations(t *testing.T) {
 	leakcheck.Check(t)
 	n := 4*SendBWRxDepth + MaxSendBWIters // past both
-	for _, addr := range []string{fmt.Sprintf("unix:@goverbs-perf-sendbw-%d", os.Getpid()), fmt.Sprintf("roce://%v:7391", netip.MustParseAddr("127.0.0.1"))} {
+	for _, addr := range []string{fmt.Sprintf("unix:@goverbs-perf-sendbw-%d", os.Getpid()), fmt.Sprintf("roce://%v:7391", roceAddr(t, 10))} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		r, err := Loopback(ctx, addr, Config{Test: "send_bw", Size: 8, Iters: n, TxDepth: 128})
 		cancel()
