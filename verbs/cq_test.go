@@ -66,12 +66,21 @@ func TestWaitAcrossSpin(t *testing.T) {
 // in 16, unless, in a process confined to one CPU, it slept within 256
 // waits of a spin that lost its CPU; SetWaitSpin sets the cap and the
 // spin, 0 turning both off.
-func TestAdaptiveSpin(t *testing.T) {
-	// The rules after a spin that lost its CPU are those of a process
-	// confined to one CPU (and only its): GOMAXPROCS 1.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+// spinCQ is a new CQ of a process run with GOMAXPROCS procs for the test:
+// the rules after a spin that lost its CPU are those of a process
+// confined to one CPU (and only its).
+func spinCQ(t *testing.T, procs int) *verbs.CQ {
+	old := runtime.GOMAXPROCS(procs)
 	ctx, _, cq, _, _ := pair()
-	defer ctx.Close()
+	t.Cleanup(func() {
+		ctx.Close()
+		runtime.GOMAXPROCS(old)
+	})
+	return cq
+}
+
+func TestAdaptiveSpin(t *testing.T) {
+	cq := spinCQ(t, 1)
 	capd := verbs.DefaultWaitSpin
 	ms := time.Millisecond
 	if got := cq.SpinFor(); got != capd {
@@ -198,9 +207,7 @@ func TestSpinResultOf(t *testing.T) {
 // sleeping waits answered within WaitSpin bring the spin back: the peer
 // that shared the CPU then is one the kernel moves away once both spin.
 func TestAdaptiveSpinManyCPUs(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	ctx, _, cq, _, _ := pair()
-	defer ctx.Close()
+	cq := spinCQ(t, 2)
 	capd := verbs.DefaultWaitSpin
 	ms := time.Millisecond
 	cq.WaitTook(ms, verbs.SpinSlept)
