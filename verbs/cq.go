@@ -99,7 +99,12 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // stopped, as it does when the peer shares the CPU, where spinning only
 // delays the peer; and for a while after such a spin, a wait that slept
 // is not taken as answered within d however soon it was (the peer ran
-// because it slept). See WaitTook. d <= 0 turns the spin off: every wait
+// because it slept). See WaitTook. A CPU quota (a cgroup's CFS bandwidth)
+// is not that: Go may keep GOMAXPROCS above 1 under it (it kept 2 under
+// a one-CPU quota on a two-CPU machine), the spin then spins, and a
+// spinning ping-pong uses up the quota and is throttled for the rest of
+// each period; SetWaitSpin(0) there if such stalls matter more than the
+// average. d <= 0 turns the spin off: every wait
 // that finds the CQ empty sleeps at once (in the transport's descriptor
 // where it can: see package verbs's section Blocking waits). The default
 // is DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way,
