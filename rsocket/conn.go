@@ -25,8 +25,7 @@ const (
 	maxXfer        = 128 << 10 // largest single data message (but over shm)
 	maxInline      = 4096      // largest inline data asked of a device
 	closeDrainTime = time.Second
-	maxSpin        = 50 * time.Microsecond
-	minSpin        = 5 * time.Microsecond
+	maxSpin        = 300 * time.Microsecond
 	idleHandoff    = time.Millisecond
 	wcBatch        = 32
 )
@@ -148,10 +147,8 @@ type direction struct {
 	wc       waitCtx      // what a blocked call's CQ.Wait waits on
 	tmu      sync.Mutex
 	timer    *time.Timer
-	nudge    *time.Timer   // wakes a blocked call to nudge the peer (iWARP)
-	spin     time.Duration // current spin budget (adaptive; see waitState.done)
-	long     int           // waits in a row that lasted longWait or more
-	maxSpin  time.Duration // its ceiling (Options.Spin)
+	nudge    *time.Timer        // wakes a blocked call to nudge the peer (iWARP)
+	spin     verbs.AdaptiveSpin // a blocked call's spin (see waitState.done)
 }
 
 func (d *direction) init(spin time.Duration) {
@@ -159,7 +156,7 @@ func (d *direction) init(spin time.Duration) {
 	d.timer.Stop()
 	d.nudge = time.AfterFunc(time.Hour, d.wc.fire)
 	d.nudge.Stop()
-	d.spin, d.maxSpin = spin, spin
+	d.spin.SetMax(spin)
 }
 
 // nudgeAfter is how long a call blocks before it nudges an iWARP peer.

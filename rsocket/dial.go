@@ -55,12 +55,11 @@ type Options struct {
 	// (messages); 0 means 256.
 	RecvQueue int
 	// Spin is the most a blocked Read or Write polls before it sleeps (a
-	// woken goroutine costs tens of microseconds): 0 means 50 µs, a
-	// negative value none. The spin adapts below it, halving after a wait
-	// that had to sleep (or, in a process confined to one CPU, whose spin
-	// lost its CPU: see verbs.SpinResultOf) and doubling after one that
-	// did not, and stops while waits keep lasting 100 µs (or twice Spin)
-	// or more.
+	// woken goroutine costs tens of microseconds): 0 means 300 µs, a
+	// negative value none. The spin adapts below it as a CQ's does
+	// (verbs.AdaptiveSpin, verbs.CQ.SetWaitSpin): spent while recent
+	// waits were over within Spin, halving with each that lasted longer,
+	// down to none.
 	Spin time.Duration
 }
 

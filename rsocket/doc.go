@@ -69,10 +69,16 @@
 // gives syscall.ECONNRESET, after the data it sent before.
 //
 // Calls spin on the completion queue for a while before they block (a
-// woken goroutine costs tens of microseconds); the spin shrinks for calls
-// that keep blocking, down to 5 µs, and stops after three waits in a row
-// that each lasted 100 µs or more (data that comes from another process's
-// work, which a spin never catches), until a wait ends sooner. The data
+// woken goroutine costs tens of microseconds): each direction of a
+// connection has a verbs.AdaptiveSpin, with the rules of a CQ's blocking
+// waits, up to Options.Spin (300 µs by default). It spins while recent
+// waits were over within it, also those that slept (two ends that both
+// sleep answer each other only once they spin: a gRPC call between two
+// processes took 200 µs and more while they slept, 45-100 µs once they
+// spun), and fades to nothing while waits last longer (a server idle
+// between requests costs no CPU); in a process confined to one CPU, a
+// spin that lost its CPU to the peer turns it off for a while
+// (verbs.SpinWatch). The data
 // path does not allocate; a call that blocks allocates one channel when
 // something woke the one before.
 package rsocket

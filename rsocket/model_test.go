@@ -41,8 +41,8 @@ func TestClosedConn(t *testing.T) {
 	leakcheck.Check(t)
 	a, b := pair(t, "unix")
 	defer b.Close()
-	if a.rd.maxSpin != maxSpin || a.wr.maxSpin != maxSpin {
-		t.Errorf("default spin %v/%v, want %v", a.rd.maxSpin, a.wr.maxSpin, maxSpin)
+	if a.rd.spin.Max() != maxSpin || a.wr.spin.Max() != maxSpin {
+		t.Errorf("default spin %v/%v, want %v", a.rd.spin.Max(), a.wr.spin.Max(), maxSpin)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -89,8 +89,8 @@ func TestOptions(t *testing.T) {
 	if sc.rbufSize != 64<<10 || sc.rq != 32 || sc.sbufSize != defaultSBuf || sc.sq != defaultSQ {
 		t.Errorf("accepted: sbuf %d sq %d rbuf %d rq %d", sc.sbufSize, sc.sq, sc.rbufSize, sc.rq)
 	}
-	if c.rd.maxSpin != 10*time.Microsecond || sc.rd.maxSpin != 0 || sc.wr.spin != 0 {
-		t.Errorf("spin: dialer %v, accepted %v/%v", c.rd.maxSpin, sc.rd.maxSpin, sc.wr.spin)
+	if c.rd.spin.Max() != 10*time.Microsecond || sc.rd.spin.Max() != 0 || sc.wr.spin.For() != 0 {
+		t.Errorf("spin: dialer %v, accepted %v/%v", c.rd.spin.Max(), sc.rd.spin.Max(), sc.wr.spin.For())
 	}
 	if _, err := nc.Write([]byte("sized")); err != nil {
 		t.Fatal(err)

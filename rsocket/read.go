@@ -31,7 +31,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	var w waitState
-	if c.rd.spin == 0 {
+	if w.spin, w.spun = c.rd.spin.For(), true; w.spin == 0 {
 		// No spin: arm before the first look, which is then the look
 		// before the wait (the second poll of the spin's way finds
 		// nothing the first did not).
@@ -153,9 +153,12 @@ func (c *Conn) copyOut(p []byte, tail int) int {
 type waitState struct {
 	i        int
 	start    time.Time
-	blocking bool // the spin is over: arm before each look
-	nudged   bool // the nudge timer ran out for this call
-	timed    bool // the nudge timer is set
+	spin     time.Duration   // how long this call spins (the direction's spin.For)
+	spun     bool            // spin is set
+	watch    verbs.SpinWatch // did the spin lose its CPU (one-CPU processes)
+	blocking bool            // the spin is over: arm before each look
+	nudged   bool            // the nudge timer ran out for this call
+	timed    bool            // the nudge timer is set
 }
 
 func (w *waitState) arm(d *direction) {
@@ -164,22 +167,19 @@ func (w *waitState) arm(d *direction) {
 	}
 }
 
-// done ends a call's wait and adapts the spin budget: a spin that found
-// its event is worth its time again (doubled), one that had to block is
-// halved, so that a call that always blocks (a server waiting for
-// requests) stops burning a CPU that the other goroutines need; but not
-// below minSpin, or a single preemption would ratchet the spin down for
-// good and every round trip would then sleep (rsocket over shm: 26 us per
-// 64-byte round trip instead of 2 at a load of 5). In a process confined
-// to one CPU (GOMAXPROCS 1), a spin whose thread lost its CPU before the
-// event came (verbs.SpinResultOf) counts as one that blocked: the event
-// came because the spin stopped (a peer on the same CPU); with more CPUs
-// it counts as answered (see verbs.CQ.WaitTook). Only waits that keep
-// lasting far beyond any spin (longWaits of them in a row, each longer
-// than longWait: a reader whose data comes from another process's work,
-// a gRPC call's 100 us or more) turn the spin off: there it never
-// ends a wait, and with the peer on the same CPU it only delays it. The
-// first wait that ends sooner turns it back on.
+// done ends a call's wait and tells the direction's adaptive spin how it
+// went (verbs.AdaptiveSpin, whose rules are verbs.CQ's): a spin that found
+// its event, or a wait that slept but was over within the spin's cap,
+// makes the spin longer; one that lasted longer halves it, down to none,
+// so that a call that always blocks for long (a server idle between
+// requests) stops burning a CPU that the other goroutines need; and in a
+// process confined to one CPU (GOMAXPROCS 1), a spin that found its event
+// only after its thread lost the CPU (verbs.SpinResultOf) counts as one
+// that slept and keeps sleeping waits from bringing the spin back for a
+// while: there the peer may share the CPU, and spinning only delays it.
+// The wait that slept but was over within the cap is what brings two
+// sleeping ends of a conversation (gRPC's calls: 200 us and more a call
+// while both sleep, 60 while both spin) back to spinning.
 func (w *waitState) done(d *direction) {
 	if w.timed {
 		d.nudge.Stop()
@@ -190,30 +190,13 @@ func (w *waitState) done(d *direction) {
 	if w.i == 0 {
 		return // no wait: nothing learnt
 	}
-	if !w.blocking && (verbs.SpinResultOf(w.i, time.Since(w.start)) == verbs.SpinAnswered || runtime.GOMAXPROCS(0) > 1) {
-		d.long = 0
-		d.spin = min(2*d.spin+time.Microsecond, d.maxSpin)
-		return
+	took := time.Since(w.start)
+	r := verbs.SpinSlept
+	if !w.blocking {
+		r = w.watch.Result(w.i, took)
 	}
-	if time.Since(w.start) < max(longWait, 2*d.maxSpin) {
-		d.long = 0
-	} else if d.long < longWaits {
-		d.long++
-	}
-	if d.long == longWaits {
-		d.spin = 0
-	} else {
-		d.spin = min(max(d.spin/2, minSpin), d.maxSpin)
-	}
+	d.spin.Took(took, r)
 }
-
-// A wait longer than longWait (wake-up included) is one that a spin of
-// maxSpin could not have ended; longWaits of them in a row stop the
-// spinning (waitState.done).
-const (
-	longWait  = 100 * time.Microsecond
-	longWaits = 3
-)
 
 // block waits for the connection to change: a bounded spin first (a
 // parked goroutine takes tens of microseconds to wake), then CQ.Wait on
@@ -230,7 +213,10 @@ func (c *Conn) block(d *direction, w *waitState) error {
 				return os.ErrDeadlineExceeded
 			}
 			w.start = time.Now()
-			if d.spin == 0 {
+			if !w.spun {
+				w.spin, w.spun = d.spin.For(), true
+			}
+			if w.spin == 0 {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}
@@ -239,10 +225,12 @@ func (c *Conn) block(d *direction, w *waitState) error {
 			if d.expired() {
 				return os.ErrDeadlineExceeded
 			}
-			if time.Since(w.start) >= d.spin {
+			spun := time.Since(w.start)
+			if spun >= w.spin {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}
+			w.watch.Look(spun)
 			runtime.Gosched()
 		}
 		return nil

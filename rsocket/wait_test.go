@@ -12,46 +12,44 @@ func blockedWait(dir *direction, d time.Duration) {
 	w.done(dir)
 }
 
-// The spin goes off only after longWaits waits in a row that each lasted
-// longWait or more, and comes back with the first shorter one; a single
-// long wait (a preemption) leaves it on.
-func TestSpinOffForLongWaits(t *testing.T) {
+// spinOff reports whether a direction's adaptive spin is off: of two
+// waits in a row at most one can be a probe (which spins in full).
+func spinOff(d *direction) bool {
+	first := d.spin.For()
+	return first == 0 || d.spin.For() == 0
+}
+
+// A direction's spin follows verbs.AdaptiveSpin's rules: waits that last
+// longer than its cap halve it down to none, a call that did not wait
+// changes nothing, and a wait that slept but was over within the cap
+// brings it back, to twice that wait at least.
+func TestSpinFollowsWaits(t *testing.T) {
 	var d direction
 	d.init(maxSpin)
 	defer d.timer.Stop()
 	defer d.nudge.Stop()
-	long := 2 * max(longWait, 2*maxSpin)
-	for i := 1; i < longWaits; i++ {
-		blockedWait(&d, long)
-		if d.spin < minSpin {
-			t.Fatalf("after %d long waits: spin %v, want at least %v", i, d.spin, minSpin)
+	long := 4 * maxSpin
+	n := 0
+	for ; !spinOff(&d); n++ {
+		if n == 20 {
+			t.Fatalf("spin still on after %d waits of %v, its cap %v", n, long, maxSpin)
 		}
+		blockedWait(&d, long)
 	}
-	blockedWait(&d, long)
-	if d.spin != 0 {
-		t.Fatalf("after %d long waits: spin %v, want 0", longWaits, d.spin)
+	if n < 2 {
+		t.Fatalf("spin off after %d waits of %v: want it halved first", n, long)
 	}
-	// A call that found its data at once learns nothing.
-	(&waitState{}).done(&d)
-	if d.spin != 0 {
-		t.Fatalf("after a call that did not wait: spin %v, want 0", d.spin)
+	(&waitState{}).done(&d) // a call that found its data at once
+	if !spinOff(&d) {
+		t.Fatal("a call that did not wait turned the spin on")
 	}
-	blockedWait(&d, -time.Hour) // ends "before" it began: surely short
-	if d.spin != minSpin {
-		t.Fatalf("after a short wait: spin %v, want %v", d.spin, minSpin)
-	}
-	// One long wait among short ones does not turn it off.
-	blockedWait(&d, long)
-	blockedWait(&d, -time.Hour)
-	blockedWait(&d, long)
-	blockedWait(&d, long)
-	if d.spin == 0 {
-		t.Fatal("spin off after long waits that were not in a row")
+	blockedWait(&d, maxSpin/4)
+	if got := d.spin.For(); got < maxSpin/2 {
+		t.Fatalf("after a wait of %v: spin %v, want at least %v", maxSpin/4, got, maxSpin/2)
 	}
 }
 
-// With the spin off, a Read still gets data that comes after it blocked,
-// and one that comes at once turns the spin back on.
+// With the spin off, a Read still gets data that comes after it blocked.
 func TestReadWithSpinOff(t *testing.T) {
 	for _, tr := range []string{"loop", "unix"} {
 		t.Run(tr, func(t *testing.T) {
@@ -60,10 +58,13 @@ func TestReadWithSpinOff(t *testing.T) {
 			defer a.Close()
 			buf := make([]byte, 8)
 			// Each write comes well after the Read began to wait (the
-			// writer's sleep starts before the Read: under -race or load a
-			// Read that began late waited less than longWait at 2x).
-			const after = 10 * longWait
-			for i := 0; i < longWaits; i++ {
+			// writer's sleep starts before the Read), long after any
+			// spin, until the spin is off.
+			const after = 4 * maxSpin
+			for i := 0; !spinOff(&b.rd); i++ {
+				if i == 20 {
+					t.Fatalf("spin on after %d reads that waited %v", i, after)
+				}
 				go func() {
 					time.Sleep(after)
 					a.Write([]byte("x"))
@@ -71,9 +72,6 @@ func TestReadWithSpinOff(t *testing.T) {
 				if _, err := b.Read(buf); err != nil {
 					t.Fatal(err)
 				}
-			}
-			if b.rd.spin != 0 {
-				t.Fatalf("spin %v after %d reads that waited %v, want 0", b.rd.spin, longWaits, after)
 			}
 			done := make(chan error, 1)
 			go func() {

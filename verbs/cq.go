@@ -3,7 +3,6 @@ package verbs
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -19,15 +18,8 @@ type CQ struct {
 	ctx    *Context
 	ch     *CompChannel
 	d      cqDriver
-	events atomic.Int64  // delivered minus acknowledged completion events
-	spin   atomic.Int64  // SetWaitSpin's, in nanoseconds: the cap of the adaptive spin
-	adapt  atomic.Int64  // how long the next wait spins (SpinFor), in nanoseconds
-	probes atomic.Uint32 // waits while the adaptive spin is off
-	every  atomic.Uint32 // one wait in every (spinProbe to spinProbeMax) probes meanwhile
-	probed atomic.Bool   // SpinFor gave a probe that no WaitTook has judged yet
-	shared atomic.Int32  // waits left during which a spin that lost its CPU is recent
-	revive atomic.Int64  // the sleeping wait's time that last brought the spin back, or 0
-	missed atomic.Int32  // spins in a row since, that long, that still slept
+	events atomic.Int64 // delivered minus acknowledged completion events
+	spin   AdaptiveSpin // the blocking waits' spin (SetWaitSpin)
 	// UserData is free for the application (the cq_context of the C API).
 	UserData any
 }
@@ -109,32 +101,13 @@ const DefaultWaitSpin = 100 * time.Microsecond
 // where it can: see package verbs's section Blocking waits). The default
 // is DefaultWaitSpin. ReqNotify and CompChannel.GetEvent, the C way,
 // never spin.
-func (cq *CQ) SetWaitSpin(d time.Duration) {
-	cq.spin.Store(int64(max(d, 0)))
-	cq.adapt.Store(int64(max(d, 0)))
-	cq.every.Store(spinProbe)
-}
+func (cq *CQ) SetWaitSpin(d time.Duration) { cq.spin.SetMax(d) }
 
 // SpinFor returns how long the next blocking wait polls the CQ before it
 // sleeps: WaitSpin at most, less while recent waits were not answered
 // within it (see SetWaitSpin). Code that implements a blocking wait of
 // its own reports each wait's outcome with WaitTook (and SpinResultOf).
-func (cq *CQ) SpinFor() time.Duration {
-	capd := cq.spin.Load()
-	a := cq.adapt.Load()
-	if a == 0 && capd > 0 {
-		every := max(cq.every.Load(), spinProbe)
-		if cq.probes.Add(1)%every == 0 {
-			// Off, the spin cannot see replies come back within it (a
-			// wait that sleeps costs the wake-up's tens of microseconds
-			// on top of the reply's): now and then a wait spins in full
-			// to find out.
-			cq.probed.Store(true)
-			return time.Duration(capd)
-		}
-	}
-	return time.Duration(min(a, capd))
-}
+func (cq *CQ) SpinFor() time.Duration { return cq.spin.For() }
 
 // spinFloor is the shortest spin worth making: below it, the spin is off
 // until a wait answered within WaitSpin brings it back. One wait in
@@ -187,71 +160,7 @@ const (
 // them apart), and the spin must stay on for that to happen. The updates
 // are racy on purpose: concurrent waits may lose one, which only makes
 // the spin adapt a wait later.
-func (cq *CQ) WaitTook(d time.Duration, r SpinResult) {
-	capd := cq.spin.Load()
-	if capd == 0 {
-		return
-	}
-	// Loads before stores: a store is an atomic exchange on amd64, and
-	// an answered wait at the cap (a busy-enough ping-pong) changes
-	// nothing.
-	probe := cq.probed.Load() && cq.probed.Swap(false)
-	one := r != SpinAnswered && runtime.GOMAXPROCS(0) == 1
-	if r == SpinLost && !one {
-		r = SpinAnswered // see above: with more CPUs, spin on
-	}
-	shared := cq.shared.Load()
-	if shared > 0 {
-		cq.shared.Store(shared - 1)
-	}
-	a := cq.adapt.Load()
-	switch r {
-	case SpinAnswered:
-		if cq.every.Load() != spinProbe {
-			cq.every.Store(spinProbe)
-		}
-		if cq.revive.Load() != 0 {
-			cq.revive.Store(0)
-			cq.missed.Store(0)
-		}
-		cq.grow(a, int64(d), capd)
-		return
-	case SpinLost:
-		cq.shared.Store(spinShared)
-		cq.revive.Store(0)
-	case SpinSlept:
-		if rd := cq.revive.Load(); rd != 0 && a >= min(capd, 2*rd) && one {
-			// A spin long enough for the wait that brought it back
-			// slept all the same.
-			if cq.missed.Add(1) >= spinMisses {
-				cq.missed.Store(0)
-				cq.revive.Store(0)
-				cq.shared.Store(spinShared)
-				cq.adapt.Store(0) // spinning cannot work here: off at once
-				return
-			}
-		}
-		if shared == 0 && int64(d) <= capd {
-			cq.revive.Store(int64(d))
-			cq.grow(a, int64(d), capd)
-			return
-		}
-	}
-	if probe {
-		cq.every.Store(min(2*max(cq.every.Load(), spinProbe), spinProbeMax))
-	}
-	if a /= 2; a < int64(spinFloor) {
-		a = 0
-	}
-	cq.adapt.Store(a)
-}
-
-// grow doubles the spin a, to twice the wait d at least, capd at most.
-func (cq *CQ) grow(a, d, capd int64) {
-	if n := min(capd, max(2*a, 2*d+int64(spinFloor))); n != a {
-		cq.adapt.Store(n)
-	}
-}
+func (cq *CQ) WaitTook(d time.Duration, r SpinResult) { cq.spin.Took(d, r) }
 
 // spinPollMax is the longest that a spin's polls may take on average for
 // a completion they found to be the spin's (SpinResultOf).
@@ -277,7 +186,7 @@ func SpinResultOf(polls int, spun time.Duration) SpinResult {
 
 // WaitSpin returns the most that blocking waits poll the CQ before they
 // sleep (SetWaitSpin).
-func (cq *CQ) WaitSpin() time.Duration { return time.Duration(cq.spin.Load()) }
+func (cq *CQ) WaitSpin() time.Duration { return cq.spin.Max() }
 
 // Destroy destroys the CQ (ibv_destroy_cq). It returns ErrBusy while
 // completion events obtained with GetEvent are not acknowledged with

@@ -118,8 +118,7 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, fmt.Errorf("%w: completion channel of another context", ErrInvalid)
 	}
 	cq := &CQ{ctx: c, ch: ch}
-	cq.spin.Store(int64(DefaultWaitSpin))
-	cq.adapt.Store(int64(DefaultWaitSpin))
+	cq.spin.SetMax(DefaultWaitSpin)
 	var chd compChannelDriver
 	if ch != nil {
 		chd = ch.d
