@@ -174,7 +174,7 @@ func (w *waitState) arm(d *direction) {
 // so that a call that always blocks for long (a server idle between
 // requests) stops burning a CPU that the other goroutines need; and in a
 // process confined to one CPU (GOMAXPROCS 1), a spin that found its event
-// only after its thread lost the CPU (verbs.SpinResultOf) counts as one
+// only after its thread lost the CPU (verbs.SpinWatch) counts as one
 // that slept and keeps sleeping waits from bringing the spin back for a
 // while: there the peer may share the CPU, and spinning only delays it.
 // The wait that slept but was over within the cap is what brings two
@@ -220,6 +220,7 @@ func (c *Conn) block(d *direction, w *waitState) error {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}
+			w.watch.Start()
 		}
 		if w.i&15 == 0 {
 			if d.expired() {
@@ -230,7 +231,6 @@ func (c *Conn) block(d *direction, w *waitState) error {
 				w.blocking = true // arm, look once more, then wait
 				return nil
 			}
-			w.watch.Look(spun)
 			runtime.Gosched()
 		}
 		return nil

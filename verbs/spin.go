@@ -126,50 +126,38 @@ func (s *AdaptiveSpin) grow(a, d, capd int64) {
 // A SpinWatch sees whether a spin lost its CPU while it ran, for a wait's
 // outcome (SpinResult): in a process confined to one CPU (GOMAXPROCS 1)
 // the completion a spin finds after its thread was preempted for a while
-// most likely came because it was (a peer on the same CPU had its turn),
-// which SpinResultOf's average cannot tell once the spin had polled for
-// a while before. The spin calls Look at its checkpoints and Result when
-// it found the completion; a spin past spinWatchAfter in such a process
-// reads its thread's CPU time and count of involuntary context switches
-// then and at the end (getrusage: two system calls; a process with more
-// CPUs, or a shorter spin, reads nothing). Preempted, and off its CPU
-// for spinLostGap or more of the time in between, the spin lost it; a
-// shorter preemption (the runtime's own threads on the same CPU) is not
-// the peer's turn. Its zero value is ready; one per wait.
+// most likely came because it was (a peer on the same CPU had its turn:
+// woken by this process's own write, say, made by a goroutine that ran
+// while the spin yielded), which SpinResultOf's average cannot tell once
+// the spin had polled for a while. The spin calls Start as it begins and
+// Result when it found the completion. In such a process Start reads the
+// thread's CPU time and count of involuntary context switches
+// (getrusage), and Result reads them again if the spin lasted
+// spinLostGap or more: preempted, and off its CPU for spinLostGap or
+// more of the time, the spin lost it. A process with more CPUs reads
+// nothing. Its zero value is ready; one per wait.
 type SpinWatch struct {
-	state int8 // 0: not decided; -1: not watching; 1: read at spunAt
-	at    time.Duration
+	on    bool
 	usage threadUsage
 }
 
-// spinWatchAfter is how long a spin runs before a SpinWatch reads the
-// thread's usage: shorter spins are a peer's answer on another CPU (on
-// the same CPU a peer's turn takes longer), and a reading costs about a
-// microsecond.
-const spinWatchAfter = 5 * time.Microsecond
-
 // spinLostGap is how long a spin's thread must have been off its CPU for
-// the spin to have lost it to the peer.
-const spinLostGap = 10 * time.Microsecond
+// the spin to have lost it to the peer: a shorter preemption is the
+// runtime's own threads on the same CPU.
+const spinLostGap = 5 * time.Microsecond
 
-// Look is called at a spin's checkpoints with the time spun so far.
-func (w *SpinWatch) Look(spun time.Duration) {
-	if w.state != 0 || spun < spinWatchAfter {
-		return
-	}
-	w.state = -1
-	if runtime.GOMAXPROCS(0) == 1 && w.usage.read() {
-		w.state, w.at = 1, spun
-	}
+// Start is called as the spin begins.
+func (w *SpinWatch) Start() {
+	w.on = runtime.GOMAXPROCS(0) == 1 && w.usage.read()
 }
 
 // Result says how a spin that found its completion with its polls-th
 // poll, spun after it began, went: SpinResultOf's answer, or SpinLost
-// when its thread was preempted since Look's reading and off its CPU for
+// when its thread was preempted since Start and off its CPU for
 // spinLostGap or more.
 func (w *SpinWatch) Result(polls int, spun time.Duration) SpinResult {
 	r := SpinResultOf(polls, spun)
-	if r != SpinAnswered || w.state != 1 {
+	if r != SpinAnswered || !w.on || spun < spinLostGap {
 		return r
 	}
 	var now threadUsage
@@ -179,7 +167,7 @@ func (w *SpinWatch) Result(polls int, spun time.Duration) SpinResult {
 	cpu := now.cpu - w.usage.cpu
 	// A goroutine that moved to another thread between the readings
 	// (rare: GOMAXPROCS is 1) compares two threads: no judgement then.
-	if now.preempted > w.usage.preempted && cpu >= 0 && spun-w.at-cpu >= spinLostGap {
+	if now.preempted > w.usage.preempted && cpu >= 0 && spun-cpu >= spinLostGap {
 		r = SpinLost
 	}
 	return r

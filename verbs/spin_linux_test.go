@@ -32,11 +32,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// watchedSpin spins for d with the watch looking every 16 polls, as a
-// wait's spin does, and returns its outcome as if its last poll found the
+// watchedSpin spins for d, watched, as a wait's spin does, and returns its outcome as if its last poll found the
 // completion.
 func watchedSpin(d time.Duration) verbs.SpinResult {
 	var w verbs.SpinWatch
+	w.Start()
 	start := time.Now()
 	polls := 0
 	for {
@@ -46,7 +46,6 @@ func watchedSpin(d time.Duration) verbs.SpinResult {
 			if spun >= d {
 				return w.Result(polls, spun)
 			}
-			w.Look(spun)
 		}
 	}
 }
