@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(serveEnv); addr != "" {
 		os.Exit(ServeIPC(addr, serveHTTP))
 	}
+	if addr := os.Getenv(echoEnv); addr != "" {
+		os.Exit(ServeIPC(addr, serveEcho))
+	}
 	os.Exit(m.Run())
 }
 
