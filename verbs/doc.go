@@ -55,6 +55,11 @@
 // it before it parks: a completion made before the arming is found, and
 // what the socket held becomes a completion after it, with its event.
 //
+// Code with blocking waits of its own (package rsocket's Read and Write)
+// spins by the same rules with an AdaptiveSpin, and a SpinWatch tells it,
+// in a process confined to one CPU, a spin whose completion came only
+// because the spin was preempted and the peer ran.
+//
 // # Completion semantics
 //
 // When a request completes, and where an error the target finds shows,
