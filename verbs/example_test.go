@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/provider/loop"
@@ -291,4 +292,51 @@ func ExamplePD_AllocMW() {
 	// BIND_MW success
 	// RDMA_WRITE success through the window
 	// LOCAL_INV success
+}
+
+// A blocking wait of one's own (here for a value another goroutine puts
+// in a mailbox) spins by a CQ's rules: it polls for as long as the
+// AdaptiveSpin says, then sleeps, and reports how it went, so that the
+// next wait spins longer or shorter.
+func ExampleAdaptiveSpin() {
+	var spin verbs.AdaptiveSpin
+	spin.SetMax(50 * time.Microsecond)
+	var box atomic.Int64
+	ready := make(chan struct{}, 1)
+	wait := func() int64 {
+		start := time.Now()
+		var watch verbs.SpinWatch
+		watch.Start()
+		for polls, d := 1, spin.For(); d > 0; polls++ {
+			if v := box.Swap(0); v != 0 {
+				took := time.Since(start)
+				spin.Took(took, watch.Result(polls, took))
+				return v
+			}
+			if time.Since(start) > d {
+				break
+			}
+		}
+		for {
+			<-ready
+			if v := box.Swap(0); v != 0 {
+				spin.Took(time.Since(start), verbs.SpinSlept)
+				return v
+			}
+		}
+	}
+	for i := int64(1); i <= 3; i++ {
+		go func() {
+			box.Store(i)
+			select {
+			case ready <- struct{}{}:
+			default:
+			}
+		}()
+		fmt.Println(wait())
+	}
+	// Output:
+	// 1
+	// 2
+	// 3
 }
