@@ -21,7 +21,7 @@
 # half the runs (3 of 5); 8 B has not failed. On 2026-11-29 the other
 # role (ib_send_lat -e client, goverbs server) failed too, as often, with
 # the code of that day and with the day before's alike (alternating runs
-# of both builds: old 6 of 10, new 6 of 11 failed in that role): the same
+# of both builds: old 5 of 10, new 7 of 12 failed in that role): the same
 # loop, which both ends of perftest's send_lat run. It is
 # perftest's: its latency loop waits on one completion channel for both
 # CQs and polls the CQ it expects once per event, so a receive completion
