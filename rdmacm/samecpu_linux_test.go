@@ -1,18 +1,14 @@
 package rdmacm_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/goverbs/goverbs/internal/samecpu"
 	"github.com/goverbs/goverbs/rdmacm"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -45,49 +41,13 @@ func TestSpinOffWithPeerOnSameCPU(t *testing.T) {
 		}
 		return
 	}
-	var cur unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &cur); err != nil {
-		t.Fatal(err)
-	}
-	cpu := 0
-	for !cur.IsSet(cpu) {
-		cpu++
-	}
-	// The children inherit the affinity of the thread that forks them.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var one unix.CPUSet
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.SchedSetaffinity(0, &cur)
+	samecpu.Pin(t)
 	for _, addr := range []string{fmt.Sprintf("unix:@goverbs-samecpu-%d", os.Getpid()), "127.0.0.1:0"} {
-		server := exec.Command(os.Args[0], "-test.run=^TestSpinOffWithPeerOnSameCPU$")
-		server.Env = append(os.Environ(), samecpuEnv+"=server,"+addr)
-		server.Stderr = os.Stderr
-		sout, _ := server.StdoutPipe()
-		if err := server.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sr := bufio.NewReader(sout)
-		line, err := sr.ReadString('\n')
-		if err != nil {
-			t.Fatalf("%s: server: %v", addr, err)
-		}
-		client := exec.Command(os.Args[0], "-test.run=^TestSpinOffWithPeerOnSameCPU$")
-		client.Env = append(os.Environ(), samecpuEnv+"=client,"+strings.TrimSpace(line))
-		client.Stderr = os.Stderr
-		cout, err := client.Output()
-		if err != nil {
-			t.Fatalf("%s: client: %v", addr, err)
-		}
-		sline, _ := sr.ReadString('\n')
-		server.Wait()
-		for _, r := range []struct{ who, out string }{{"client", string(cout)}, {"server", sline}} {
-			var zero, of int
-			if _, err := fmt.Sscanf(strings.TrimSpace(r.out), "spin off %d of %d", &zero, &of); err != nil {
-				t.Fatalf("%s: %s said %q", addr, r.who, r.out)
+		cout, sline := samecpu.Pair(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr)
+		for _, r := range []struct{ who, out string }{{"client", cout}, {"server", sline}} {
+			zero, of, err := samecpu.SpinOff(r.out)
+			if err != nil {
+				t.Fatalf("%s: %s %v", addr, r.who, err)
 			}
 			t.Logf("%s: %s: spin off after %d of %d waits", addr, r.who, zero, of)
 			if of < samecpuRounds/8 {

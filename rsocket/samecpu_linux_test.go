@@ -1,18 +1,15 @@
 package rsocket
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/goverbs/goverbs/internal/samecpu"
 )
 
 // samecpuEnv makes the test binary one end of TestSpinOffWithPeerOnSameCPU:
@@ -40,48 +37,13 @@ func TestSpinOffWithPeerOnSameCPU(t *testing.T) {
 		}
 		return
 	}
-	var cur unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &cur); err != nil {
-		t.Fatal(err)
-	}
-	cpu := 0
-	for !cur.IsSet(cpu) {
-		cpu++
-	}
-	// The children inherit the affinity of the thread that forks them.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var one unix.CPUSet
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.SchedSetaffinity(0, &cur)
+	samecpu.Pin(t)
 	addr := fmt.Sprintf("unix:@goverbs-rsocket-samecpu-%d", os.Getpid())
-	server := exec.Command(os.Args[0], "-test.run=^TestSpinOffWithPeerOnSameCPU$")
-	server.Env = append(os.Environ(), samecpuEnv+"=server,"+addr)
-	server.Stderr = os.Stderr
-	sout, _ := server.StdoutPipe()
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sr := bufio.NewReader(sout)
-	if _, err := sr.ReadString('\n'); err != nil { // listening
-		t.Fatalf("server: %v", err)
-	}
-	client := exec.Command(os.Args[0], "-test.run=^TestSpinOffWithPeerOnSameCPU$")
-	client.Env = append(os.Environ(), samecpuEnv+"=client,"+addr)
-	client.Stderr = os.Stderr
-	cout, err := client.Output()
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	sline, _ := sr.ReadString('\n')
-	server.Wait()
-	for _, r := range []struct{ who, out string }{{"client", string(cout)}, {"server", sline}} {
-		var off, of int
-		if _, err := fmt.Sscanf(strings.TrimSpace(r.out), "spin off %d of %d", &off, &of); err != nil {
-			t.Fatalf("%s said %q", r.who, r.out)
+	cout, sline := samecpu.Pair(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr)
+	for _, r := range []struct{ who, out string }{{"client", cout}, {"server", sline}} {
+		off, of, err := samecpu.SpinOff(r.out)
+		if err != nil {
+			t.Fatalf("%s %v", r.who, err)
 		}
 		t.Logf("%s: spin off after %d of %d messages", r.who, off, of)
 		if of != samecpuRounds/2 || off*10 < of*9 {
@@ -90,8 +52,8 @@ func TestSpinOffWithPeerOnSameCPU(t *testing.T) {
 	}
 }
 
-// samecpuEnd is one end of the ping-pong; the server prints a line once
-// it listens, and both print how many of their samples found the spin
+// samecpuEnd is one end of the ping-pong; the server prints its address
+// once it listens, and both print how many of their samples found the spin
 // off, and how many they took.
 func samecpuEnd(role, addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -103,7 +65,7 @@ func samecpuEnd(role, addr string) error {
 			return err
 		}
 		defer ln.Close()
-		fmt.Println("listening")
+		fmt.Println(addr) // the address, once it listens
 		nc, err := ln.Accept()
 		if err != nil {
 			return err

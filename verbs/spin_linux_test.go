@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/samecpu"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -56,22 +57,7 @@ func watchedSpin(d time.Duration) verbs.SpinResult {
 // on average (SpinResultOf alone says SpinAnswered). With more than one
 // CPU it reads nothing and says what SpinResultOf says.
 func TestSpinWatchSeesLostCPU(t *testing.T) {
-	var cur unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &cur); err != nil {
-		t.Fatal(err)
-	}
-	cpu := 0
-	for !cur.IsSet(cpu) {
-		cpu++
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var one unix.CPUSet
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.SchedSetaffinity(0, &cur)
+	cpu := samecpu.Pin(t)
 	hog := exec.Command(os.Args[0], "-test.run=^$")
 	hog.Env = append(os.Environ(), spinHogEnv+"="+strconv.Itoa(cpu))
 	if err := hog.Start(); err != nil {

@@ -317,9 +317,6 @@ func TestPTDest(t *testing.T) {
 	}
 }
 
-// perftest's protocol over RoCE: atomic_lat (fetch-and-add, which RoCE
-// has) and send_bw without iWARP's receiver credits (a sender that finds
-// no receive is told to wait by an RNR NAK).
 // roceAddr adds a RoCE device on a loopback address of this process's
 // (host its last byte): RoCE's UDP port is one per address, and other
 // test processes may run at the same time.
@@ -332,6 +329,9 @@ func roceAddr(t *testing.T, host byte) netip.Addr {
 	return addr
 }
 
+// perftest's protocol over RoCE: atomic_lat (fetch-and-add, which RoCE
+// has) and send_bw without iWARP's receiver credits (a sender that finds
+// no receive is told to wait by an RNR NAK).
 func TestPerftestLoopbackRoCE(t *testing.T) {
 	leakcheck.Check(t)
 	addr := roceAddr(t, 9)
