@@ -259,12 +259,12 @@ func TestUnsignaledAckWakesNobody(t *testing.T) {
 	}
 }
 
-// No epoll set of the process asks for output from a connection's socket:
-// the socket becomes writable whenever the peer reads what it wrote (every
-// poke), and a registration for output (a net.Conn's, in the netpoller)
-// woke one of this process's threads for nothing each time. The socket
-// goroutine and a Block wait in sets of their own that ask for input.
-func TestSocketNotPolledForOutput(t *testing.T) {
+// The waits on a connection's socket ask it for input only: it becomes
+// writable whenever the peer reads what we wrote (every poke), and a
+// wait's registration for output woke that wait for nothing each time.
+// One registration asks for output, the warm-up's (warmUp), which no
+// goroutine waits on, and only when the connection has one.
+func TestSocketPolledForOutputOnce(t *testing.T) {
 	leakcheck.Check(t)
 	a, b, x, _ := pairOn(t, true, 4096)
 	// Both kinds of waits have run: the socket goroutine's read, a Block.
@@ -279,13 +279,23 @@ func TestSocketNotPolledForOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := epollRegistrations(t, st.Ino)
-	if len(regs) == 0 { // (the Block's; the socket goroutine's once it read)
-		t.Fatal("the socket is in no epoll set: no wait parked in it")
-	}
+	in, out := 0, 0
 	for _, ev := range regs {
 		if ev&unix.EPOLLOUT != 0 {
-			t.Fatalf("an epoll set asks the socket for output: events %#x (all: %#x)", ev, regs)
+			out++
+		} else {
+			in++
 		}
+	}
+	if in == 0 { // (the Block's; the socket goroutine's once it read)
+		t.Fatalf("no wait parked in the socket: registrations %#x", regs)
+	}
+	want := 0
+	if x.(*shm.Conn).Warm() {
+		want = 1
+	}
+	if out != want {
+		t.Fatalf("%d registrations ask the socket for output, want %d (warm-up %v): %#x", out, want, want == 1, regs)
 	}
 }
 

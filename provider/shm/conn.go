@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -26,14 +27,16 @@ type conn struct {
 	ep   engine.Endpoint
 	req  engine.Requester
 	resp engine.Responder
-	// uc is the socket until start; then sfd, a duplicate that no
-	// goroutine's net.Conn registers in the netpoller (a registration
-	// for output woke a thread for nothing whenever the peer read what
-	// we wrote: at every poke), read by the socket goroutine through
-	// rxPark and by a Block through park, which ask for input only. It is
-	// closed once nobody is inside (enter), after the Parkers.
-	uc           *net.UnixConn
-	sfd          int
+	// uc is the socket until start; then sfd, a duplicate read by the
+	// socket goroutine through rxPark and by a Block through park, which
+	// ask for input only. It is closed once nobody is inside (enter),
+	// after the Parkers.
+	uc  *net.UnixConn
+	sfd int
+	// warm is another duplicate, in the netpoller for input and output
+	// and never read nor written, unless the peer shares our only CPU:
+	// see warmUp.
+	warm         *os.File
 	laddr, raddr net.Addr
 	rxPark       fdpark.Parker
 	rxFn         func(fd uintptr) bool // rxRead, made once
@@ -136,8 +139,47 @@ func (c *conn) start() error {
 	atomic.StoreUint32(c.mine.U32(offAccess), uint32(c.resp.Access()))
 	atomic.StoreUint32(c.mine.U32(offMinRNR), uint32(c.resp.MinRNRTimer()))
 	c.mine.moved()
+	c.warmUp()
 	go c.rxLoop()
 	return nil
+}
+
+// warmUp puts a duplicate of the socket in the netpoller that nobody reads
+// or writes, so that the peer's read of each poke we sent (which makes the
+// socket writable) wakes a thread of this process from the netpoller, as
+// the reader of any kernel socket wakes its writer's. The wake finds
+// nothing to do, but it comes early: the CPU that our waiter sleeps on
+// wakes while the peer works on the message, and is awake, or nearly, when
+// the reply's poke comes. On CPUs that take long to leave their idle state
+// (a virtual machine's halted vCPU: tens of microseconds) that halves a
+// round trip whose waits sleep, between processes on two CPUs
+// (bench/results/blocking-pingpong). Not when the peer is confined to the
+// one CPU we are confined to: that CPU runs the peer, and the wake would
+// be a context switch for nothing (a sixth of such a round trip).
+func (c *conn) warmUp() {
+	if sharesOnlyCPU(c.sfd) {
+		return
+	}
+	d, err := unix.FcntlInt(uintptr(c.sfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return // (out of descriptors: the connection works without it)
+	}
+	// Non-blocking (the socket's flags): NewFile registers it.
+	c.warm = os.NewFile(uintptr(d), "shm-warm")
+}
+
+// sharesOnlyCPU reports whether this thread and the process at the other
+// end of the socket fd are both confined to one CPU, the same.
+func sharesOnlyCPU(fd int) bool {
+	var mine, theirs unix.CPUSet
+	if unix.SchedGetaffinity(0, &mine) != nil || mine.Count() != 1 {
+		return false
+	}
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil || cred.Pid <= 0 {
+		return false // (in another PID namespace: unknown)
+	}
+	return unix.SchedGetaffinity(int(cred.Pid), &theirs) == nil && theirs == mine
 }
 
 // abort undoes a connection that never started.
@@ -318,6 +360,9 @@ func (c *conn) teardown() {
 	c.closing.Store(true)
 	for c.users.Load() != 0 {
 		time.Sleep(20 * time.Microsecond)
+	}
+	if c.warm != nil {
+		c.warm.Close()
 	}
 	unix.Close(c.sfd) // the Parkers were closed (close) and let go of it
 	c.remotes.mu.Lock()

@@ -260,3 +260,7 @@ func OnRxDeadline(f func()) (undo func()) {
 
 // SockFD returns the connection's socket.
 func (x *Conn) SockFD() int { return x.c.sfd }
+
+// Warm reports whether the connection's socket has its warm-up
+// registration (warmUp).
+func (x *Conn) Warm() bool { return x.c.warm != nil }

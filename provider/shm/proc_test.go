@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/conformance"
 	"github.com/goverbs/goverbs/internal/leakcheck"
@@ -378,5 +381,70 @@ func TestKillWriterMidTransfer(t *testing.T) {
 	b.MR = nil
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Dereg took %v", d)
+	}
+}
+
+// A connection has its warm-up registration (warmUp) unless the process
+// at the other end is confined to the one CPU this one is confined to:
+// with the peer on another CPU, or on any, the peer's reads of our pokes
+// wake this process's netpoller; on a shared CPU they would only switch
+// to it and back.
+func TestWarmUpUnlessSameCPU(t *testing.T) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	var cpus []int
+	for i := 0; i < 1024 && len(cpus) < 2; i++ {
+		if all.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	type place struct {
+		name         string
+		mine, theirs int // -1: not confined
+		warm         bool
+	}
+	places := []place{{"same", cpus[0], cpus[0], false}}
+	if len(cpus) > 1 {
+		places = append(places, place{"split", cpus[0], cpus[1], true}, place{"free", -1, -1, true})
+	} else {
+		t.Log("this process may run on one CPU only: the other placements cannot be made")
+	}
+	for _, pl := range places {
+		t.Run(pl.name, func(t *testing.T) {
+			addr := "@" + fmt.Sprintf("goverbs-shm-warm-%d-%s", os.Getpid(), pl.name)
+			if pl.mine >= 0 {
+				// The child gets the affinity of the thread that starts it;
+				// Dial runs start (and warmUp) on this one.
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				defer unix.SchedSetaffinity(0, &all)
+				setCPU(t, pl.theirs)
+				startChild(t, "target", addr)
+				setCPU(t, pl.mine)
+			} else {
+				startChild(t, "target", addr)
+			}
+			a := conformance.NewSide(t, open(t), verbs.QPTRC, conformance.PairOpts{})
+			c := dialChild(t, a, addr)
+			if c.Warm() != pl.warm {
+				t.Fatalf("warm-up %v, want %v", c.Warm(), pl.warm)
+			}
+			// And the connection works: the child echoes a SEND.
+			a.MustPostRecv(t, a.Recv(1, 4096, 4096))
+			a.MustPostSend(t, a.Send(2, 0, 64))
+			conformance.ExpectWC(t, conformance.Poll1(t, a.SendCQ), 2, verbs.WCSuccess, verbs.WCSend)
+			conformance.ExpectWC(t, conformance.Poll1(t, a.RecvCQ), 1, verbs.WCSuccess, verbs.WCRecv)
+		})
+	}
+}
+
+// setCPU confines the calling thread to cpu.
+func setCPU(t *testing.T, cpu int) {
+	var one unix.CPUSet
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
 	}
 }
