@@ -133,7 +133,15 @@
 // (busy polling, no system call per message); when it blocks (CQ.Wait,
 // ReqNotify, a completion channel) or stops polling for two milliseconds,
 // each side asks the other, through a flag in shared memory, to poke it
-// over the socket, and an idle connection costs no CPU.
+// over the socket, and an idle connection costs no CPU. A blocked waiter
+// reads the pokes itself, parked in Go's netpoller on that socket. And, as
+// with a kernel socket, whose reader wakes the writer's netpoller when it
+// reads, the peer's read of each poke wakes this process's netpoller:
+// the wake has nothing to do, but it comes while the peer works on the
+// message, so the CPU a waiter sleeps on is awake when the reply comes
+// (on CPUs slow to leave their idle state, a sleeping round trip between
+// two CPUs takes half the time). Not when both processes are confined to
+// one and the same CPU, where it would only cost a context switch.
 //
 // While the application polls, a receiver acknowledges (publishes how far
 // it consumed) at its next poll rather than in the one that hands over the
