@@ -155,7 +155,7 @@ func (c *conn) start() error {
 // round trip whose waits sleep, between processes on two CPUs
 // (bench/results/blocking-pingpong). Not when the peer is confined to the
 // one CPU we are confined to: that CPU runs the peer, and the wake would
-// be a context switch for nothing (a sixth of such a round trip).
+// be a context switch for nothing (a quarter more on such a round trip).
 func (c *conn) warmUp() {
 	if sharesOnlyCPU(c.sfd) {
 		return
