@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,27 +33,18 @@ const samecpuRounds = 1000
 // full, are one wait in 16 at most, fewer as they fail). The code before
 // the fix left it off in 69-87% of them.
 func TestSpinOffWithPeerOnSameCPU(t *testing.T) {
-	if end := os.Getenv(samecpuEnv); end != "" {
-		role, addr, _ := strings.Cut(end, ",")
-		if err := samecpuEnd(role, addr); err != nil {
-			fmt.Println("error:", err)
-		}
+	if samecpu.Child(samecpuEnv, samecpuEnd) {
 		return
 	}
 	samecpu.Pin(t)
 	for _, addr := range []string{fmt.Sprintf("unix:@goverbs-samecpu-%d", os.Getpid()), "127.0.0.1:0"} {
-		cout, sline := samecpu.Pair(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr)
-		for _, r := range []struct{ who, out string }{{"client", cout}, {"server", sline}} {
-			zero, of, err := samecpu.SpinOff(r.out)
-			if err != nil {
-				t.Fatalf("%s: %s %v", addr, r.who, err)
+		for _, e := range samecpu.Ends(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr) {
+			t.Logf("%s: %s: spin off after %d of %d waits", addr, e.Who, e.Off, e.Of)
+			if e.Of < samecpuRounds/8 {
+				t.Errorf("%s: %s: %d waits in %d round trips: the test no longer measures the spin", addr, e.Who, e.Of, samecpuRounds/2)
 			}
-			t.Logf("%s: %s: spin off after %d of %d waits", addr, r.who, zero, of)
-			if of < samecpuRounds/8 {
-				t.Errorf("%s: %s: %d waits in %d round trips: the test no longer measures the spin", addr, r.who, of, samecpuRounds/2)
-			}
-			if zero*10 < of*9 {
-				t.Errorf("%s: %s: the spin was off after %d of %d waits with the peer on its CPU, want 9 in 10", addr, r.who, zero, of)
+			if e.Off*10 < e.Of*9 {
+				t.Errorf("%s: %s: the spin was off after %d of %d waits with the peer on its CPU, want 9 in 10", addr, e.Who, e.Off, e.Of)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,24 +29,15 @@ const samecpuRounds = 1000
 // peer had answered while it was preempted counted as answered and the
 // longer spin stayed on.
 func TestSpinOffWithPeerOnSameCPU(t *testing.T) {
-	if end := os.Getenv(samecpuEnv); end != "" {
-		role, addr, _ := strings.Cut(end, ",")
-		if err := samecpuEnd(role, addr); err != nil {
-			fmt.Println("error:", err)
-		}
+	if samecpu.Child(samecpuEnv, samecpuEnd) {
 		return
 	}
 	samecpu.Pin(t)
 	addr := fmt.Sprintf("unix:@goverbs-rsocket-samecpu-%d", os.Getpid())
-	cout, sline := samecpu.Pair(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr)
-	for _, r := range []struct{ who, out string }{{"client", cout}, {"server", sline}} {
-		off, of, err := samecpu.SpinOff(r.out)
-		if err != nil {
-			t.Fatalf("%s %v", r.who, err)
-		}
-		t.Logf("%s: spin off after %d of %d messages", r.who, off, of)
-		if of != samecpuRounds/2 || off*10 < of*9 {
-			t.Errorf("%s: the spin was off after %d of %d messages, with the peer on its CPU; want 9 in 10", r.who, off, of)
+	for _, e := range samecpu.Ends(t, "TestSpinOffWithPeerOnSameCPU", samecpuEnv, addr) {
+		t.Logf("%s: spin off after %d of %d messages", e.Who, e.Off, e.Of)
+		if e.Of != samecpuRounds/2 || e.Off*10 < e.Of*9 {
+			t.Errorf("%s: the spin was off after %d of %d messages, with the peer on its CPU; want 9 in 10", e.Who, e.Off, e.Of)
 		}
 	}
 }

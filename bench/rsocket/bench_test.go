@@ -89,17 +89,7 @@ func BenchmarkPingPong(b *testing.B) {
 				}
 				defer c.Close()
 				defer s.Close()
-				go func() {
-					buf := make([]byte, size)
-					for {
-						if _, err := io.ReadFull(s, buf); err != nil {
-							return
-						}
-						if _, err := s.Write(buf); err != nil {
-							return
-						}
-					}
-				}()
+				go echoMsgs(s, size)
 				buf := make([]byte, size)
 				for range 20 { // warm-up
 					c.Write(buf)
@@ -160,6 +150,20 @@ func BenchmarkStream(b *testing.B) {
 				b.StopTimer()
 				s.Close()
 			})
+		}
+	}
+}
+
+// echoMsgs writes back each size-byte message it reads from rw until either
+// fails.
+func echoMsgs(rw io.ReadWriter, size int) {
+	buf := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(rw, buf); err != nil {
+			return
+		}
+		if _, err := rw.Write(buf); err != nil {
+			return
 		}
 	}
 }

@@ -39,17 +39,7 @@ func serveEcho(addr string) (stop func(), err error) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go func() {
-				b := make([]byte, manySize)
-				for {
-					if _, err := io.ReadFull(c, b); err != nil {
-						return
-					}
-					if _, err := c.Write(b); err != nil {
-						return
-					}
-				}
-			}()
+			go echoMsgs(c, manySize)
 		}
 	}()
 	return func() {

@@ -12,7 +12,11 @@
 // output too, and a socket whose peer reads what it wrote becomes
 // writable again (a Unix socket at every message), which woke a thread
 // of the process from the netpoller for nothing at every message its peer
-// read (a poke over shared memory, a sleeping ping-pong's request).
+// read (a poke over shared memory, a sleeping ping-pong's request). A set
+// of its own that asked for output too would do worse: any event makes the
+// set readable, and the parked goroutine's callback would run for it.
+// (provider/shm keeps a registration for output apart, which no goroutine
+// waits on, for that early wake alone: its warmUp.)
 package fdpark
 
 import (

@@ -39,12 +39,12 @@ func Pin(t testing.TB) int {
 	return cpu
 }
 
-// Pair runs the test binary's test named test twice, on the CPU Pin gave
+// pair runs the test binary's test named test twice, on the CPU Pin gave
 // (call Pin first): a server with env set to "server," and addr, whose
 // first line of output is its address, then a client with env set to
 // "client," and that address. It returns what the client printed and the
 // server's second line.
-func Pair(t testing.TB, test, env, addr string) (client, server string) {
+func pair(t testing.TB, test, env, addr string) (client, server string) {
 	run := "-test.run=^" + test + "$"
 	srv := exec.Command(os.Args[0], run)
 	srv.Env = append(os.Environ(), env+"=server,"+addr)
@@ -74,9 +74,47 @@ func Pair(t testing.TB, test, env, addr string) (client, server string) {
 	return string(cout), server
 }
 
-// SpinOff reads an end's "spin off N of M" line: how many of its samples
+// Child runs end as this process's end of a pair (see pair) when env names one
+// ("server,ADDR" or "client,ADDR"; an error is printed for the parent to
+// read) and reports whether it did: the test returns then.
+func Child(env string, end func(role, addr string) error) bool {
+	v := os.Getenv(env)
+	if v == "" {
+		return false
+	}
+	role, addr, _ := strings.Cut(v, ",")
+	if err := end(role, addr); err != nil {
+		fmt.Println("error:", err)
+	}
+	return true
+}
+
+// End is what one end of a pair said: its samples that found the spin
+// off, of how many.
+type End struct {
+	Who     string // "client" or "server"
+	Off, Of int
+}
+
+// Ends runs pair and reads both ends' "spin off N of M" lines, the
+// client's first; a line it cannot read fails the test.
+func Ends(t testing.TB, test, env, addr string) [2]End {
+	t.Helper()
+	cout, sline := pair(t, test, env, addr)
+	var ends [2]End
+	for i, r := range [2]struct{ who, out string }{{"client", cout}, {"server", sline}} {
+		off, of, err := spinOff(r.out)
+		if err != nil {
+			t.Fatalf("%s: %s %v", addr, r.who, err)
+		}
+		ends[i] = End{Who: r.who, Off: off, Of: of}
+	}
+	return ends
+}
+
+// spinOff reads an end's "spin off N of M" line: how many of its samples
 // found the spin off, and how many it took.
-func SpinOff(out string) (off, of int, err error) {
+func spinOff(out string) (off, of int, err error) {
 	if _, err := fmt.Sscanf(strings.TrimSpace(out), "spin off %d of %d", &off, &of); err != nil {
 		return 0, 0, fmt.Errorf("said %q", out)
 	}
